@@ -1,0 +1,1 @@
+"""Everything that talks to NATS: subjects, connection, streams, publishing, tracing."""

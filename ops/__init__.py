@@ -1,0 +1,1 @@
+"""Operator surface: the `crr` CLI, composition root, REST API, replay, examples, benchmarks."""

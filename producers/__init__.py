@@ -1,0 +1,1 @@
+"""Producers of events: the worker agent, the script runner, the external reporter SDK, simulators."""

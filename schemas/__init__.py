@@ -1,0 +1,1 @@
+"""Wire types, the catalog (`resources.yaml`) and the one error tree of crr."""

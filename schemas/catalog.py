@@ -1,0 +1,123 @@
+"""The catalog: the custom resources and reporters an admin declares in `resources.yaml`.
+
+The same Structs are the payload of `crr.v1.catalog` and
+`crr.v1.snapshot.catalog`.  On the wire, durations are numbers of seconds;
+in `resources.yaml` they may also be written `30s`, `5m`, `1h`
+(see `schemas.catalog_loader`).  Operator input, so unknown fields are an
+error (`forbid_unknown_fields`): a typo must not be silently ignored.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Literal
+
+import msgspec
+
+Kind = Literal["numeric", "boolean", "string", "string_set"]
+Scope = Literal["host", "cluster"]
+OnStale = Literal["unknown", "exclude"]
+ReporterType = Literal["script", "external"]
+Mode = Literal["periodic", "stream"]
+OutputFormat = Literal["json", "elim"]
+
+DEFAULT_INTERVAL = 30.0
+DEFAULT_MAX_LENGTH = 256
+DEFAULT_MAX_ITEMS = 1024
+DEFAULT_NOT_APPLICABLE_EXIT = 97
+DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024
+
+
+class ResourceSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One custom resource: its kind, scope, owning reporter and freshness policy."""
+
+    kind: Kind
+    reporter: str
+    scope: Scope = "host"
+    interval: float | None = None
+    """Seconds a value stays fresh before grace; defaults to the reporter's interval."""
+    grace: float | None = None
+    """Extra seconds before a value turns stale; defaults to half the interval."""
+    on_stale: OnStale = "unknown"
+    unit: str | None = None
+    description: str | None = None
+    min: float | None = None
+    max: float | None = None
+    max_length: int = DEFAULT_MAX_LENGTH
+    max_items: int = DEFAULT_MAX_ITEMS
+
+
+class ReporterSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A reporter: a script the agent runs on hosts, or an external publisher."""
+
+    type: ReporterType = "script"
+    command: list[str] | None = None
+    mode: Mode = "periodic"
+    format: OutputFormat = "json"
+    interval: float = DEFAULT_INTERVAL
+    timeout: float | None = None
+    """Seconds a periodic run may take; defaults to min(interval, 10s)."""
+    hosts: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    env: list[str] = msgspec.field(default_factory=list)
+    """Names of agent environment variables passed through to the script."""
+    cwd: str = "/"
+    not_applicable_exit: int = DEFAULT_NOT_APPLICABLE_EXIT
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    backoff_floor: float = 1.0
+    backoff_cap: float = 300.0
+    quarantine_after: int = 10
+    """Consecutive failures after which the agent stops retrying (`quarantined`)."""
+    description: str | None = None
+
+    def effective_timeout(self) -> float:
+        """The run timeout, defaulted from the interval."""
+        return self.timeout if self.timeout is not None else min(self.interval, 10.0)
+
+    def runs_on(self, host: str) -> bool:
+        """Whether the agent on `host` runs this reporter (`hosts` glob patterns)."""
+        return self.type == "script" and any(fnmatch.fnmatchcase(host, p) for p in self.hosts)
+
+
+class Catalog(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The whole of `resources.yaml`."""
+
+    version: int = 1
+    resources: dict[str, ResourceSpec] = msgspec.field(default_factory=dict)
+    reporters: dict[str, ReporterSpec] = msgspec.field(default_factory=dict)
+
+    def interval_of(self, resource: str) -> float:
+        """Seconds a value of `resource` stays fresh, before grace."""
+        spec = self.resources[resource]
+        if spec.interval is not None:
+            return spec.interval
+        rep = self.reporters.get(spec.reporter)
+        return rep.interval if rep is not None else DEFAULT_INTERVAL
+
+    def grace_of(self, resource: str) -> float:
+        """Grace seconds of `resource` (default: half its interval)."""
+        spec = self.resources[resource]
+        return spec.grace if spec.grace is not None else self.interval_of(resource) / 2
+
+    def lifetime_of(self, resource: str) -> float:
+        """`interval + grace`: how long after receipt a value of `resource` is fresh."""
+        return self.interval_of(resource) + self.grace_of(resource)
+
+    def resources_of(self, reporter: str) -> list[str]:
+        """Names of the resources `reporter` owns, sorted."""
+        return sorted(n for n, r in self.resources.items() if r.reporter == reporter)
+
+    def reporter_lifetime(self, reporter: str) -> float:
+        """How long a reporter may stay quiet before it counts as `silent`.
+
+        The longest `interval + grace` of the resources it owns; for a reporter
+        that owns none, its own interval plus half.
+        """
+        owned = self.resources_of(reporter)
+        if owned:
+            return max(self.lifetime_of(r) for r in owned)
+        rep = self.reporters.get(reporter)
+        interval = rep.interval if rep is not None else DEFAULT_INTERVAL
+        return interval * 1.5
+
+
+EMPTY_CATALOG = Catalog()

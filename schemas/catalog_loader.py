@@ -1,0 +1,229 @@
+"""Load and validate `resources.yaml`, reporting every error at once with its path.
+
+msgspec stops at the first error of a Struct, so each field is converted on
+its own and the semantic checks (references, scopes, bounds) run over
+whatever parsed; the caller gets one `CatalogError` listing everything.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
+from schemas.duration import parse_duration
+from schemas.errors import CatalogError, DurationError
+
+_DURATION_FIELDS = frozenset({"interval", "grace", "timeout", "backoff_floor", "backoff_cap"})
+RESOURCE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+REPORTER_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+RESERVED_WORDS = frozenset(
+    {"and", "or", "not", "has", "has_any", "has_all", "defined", "count", "true", "false",
+     "select"}
+)
+_KIND_ONLY = {"min": "numeric", "max": "numeric", "max_length": "string", "max_items": "string_set"}
+
+
+def _field_types(cls: type[msgspec.Struct]) -> dict[str, Any]:
+    return {f.name: f.type for f in msgspec.structs.fields(cls)}
+
+
+def _required(cls: type[msgspec.Struct]) -> list[str]:
+    return [f.name for f in msgspec.structs.fields(cls) if f.required]
+
+
+def _literal_choices(tp: Any) -> list[str]:
+    """The allowed strings of a Literal (or Optional Literal) field type, else []."""
+    if typing.get_origin(tp) is typing.Literal:
+        return [str(a) for a in typing.get_args(tp)]
+    for arg in typing.get_args(tp):
+        if typing.get_origin(arg) is typing.Literal:
+            return [str(a) for a in typing.get_args(arg)]
+    return []
+
+
+def _explain(exc: msgspec.ValidationError) -> str:
+    # msgspec says "Expected `str`, got `int`" or "... - at `$[0]`"; keep the message, move the path.
+    msg = str(exc)
+    msg, _, at = msg.partition(" - at `$")
+    return msg + (f" (at {at.rstrip('`')})" if at else "")
+
+
+def _convert_entry(
+    cls: type[msgspec.Struct], raw: Any, path: str, problems: list[str]
+) -> Any:
+    """Convert one mapping to `cls`, recording every bad field; None if any was bad."""
+    if not isinstance(raw, dict):
+        problems.append(f"{path}: expected a mapping, got {type(raw).__name__}")
+        return None
+    types = _field_types(cls)
+    clean: dict[str, Any] = {}
+    ok = True
+    for key, value in raw.items():
+        where = f"{path}.{key}"
+        if not isinstance(key, str) or key not in types:
+            problems.append(f"{where}: unknown field (expected one of {', '.join(sorted(types))})")
+            ok = False
+            continue
+        if key in _DURATION_FIELDS and value is not None:
+            try:
+                value = parse_duration(value)
+            except DurationError as exc:
+                problems.append(f"{where}: {exc.message}")
+                ok = False
+                continue
+        try:
+            clean[key] = msgspec.convert(value, types[key], strict=False)
+        except msgspec.ValidationError as exc:
+            choices = _literal_choices(types[key])
+            if choices:
+                problems.append(f"{where}: expected one of {', '.join(choices)}, got {value!r}")
+            else:
+                problems.append(f"{where}: {_explain(exc)}")
+            ok = False
+    for name in _required(cls):
+        if name not in raw:
+            problems.append(f"{path}.{name}: required field is missing")
+            ok = False
+    if not ok:
+        return None
+    return msgspec.convert(clean, cls)
+
+
+def _check_resource(
+    name: str, spec: ResourceSpec, raw: dict[str, Any], reporters: dict[str, Any],
+    problems: list[str],
+) -> None:
+    path = f"resources.{name}"
+    if spec.reporter not in reporters:
+        problems.append(
+            f"{path}.reporter: no reporter named {spec.reporter!r} in 'reporters'"
+            + (f" (known: {', '.join(sorted(reporters))})" if reporters else "")
+        )
+    else:
+        rep = reporters[spec.reporter]
+        if isinstance(rep, ReporterSpec) and spec.scope == "cluster" and rep.type == "script":
+            problems.append(
+                f"{path}.scope: cluster-scope values must come from an external reporter, "
+                f"but {spec.reporter!r} is a per-host script reporter"
+            )
+    for key, kind in _KIND_ONLY.items():
+        if key in raw and spec.kind != kind:
+            problems.append(f"{path}.{key}: only applies to kind {kind}, not {spec.kind}")
+    if spec.min is not None and spec.max is not None and spec.min > spec.max:
+        problems.append(f"{path}.min: min ({spec.min:g}) is greater than max ({spec.max:g})")
+    if spec.interval is not None and spec.interval <= 0:
+        problems.append(f"{path}.interval: must be greater than zero")
+    if spec.grace is not None and spec.grace < 0:
+        problems.append(f"{path}.grace: must not be negative")
+    if spec.max_length <= 0:
+        problems.append(f"{path}.max_length: must be greater than zero")
+    if spec.max_items <= 0:
+        problems.append(f"{path}.max_items: must be greater than zero")
+
+
+def _check_reporter(name: str, spec: ReporterSpec, problems: list[str]) -> None:
+    path = f"reporters.{name}"
+    if spec.type == "script" and not spec.command:
+        problems.append(f"{path}.command: a script reporter needs a command (a list: [path, args…])")
+    if spec.command is not None and (not spec.command or not spec.command[0]):
+        problems.append(f"{path}.command: must not be empty")
+    if spec.interval <= 0:
+        problems.append(f"{path}.interval: must be greater than zero")
+    if spec.timeout is not None and spec.timeout <= 0:
+        problems.append(f"{path}.timeout: must be greater than zero")
+    if not spec.hosts:
+        problems.append(f"{path}.hosts: must name at least one host pattern (use ['*'] for all)")
+    if spec.max_output_bytes <= 0:
+        problems.append(f"{path}.max_output_bytes: must be greater than zero")
+    if spec.backoff_floor <= 0 or spec.backoff_cap < spec.backoff_floor:
+        problems.append(f"{path}.backoff_cap: need 0 < backoff_floor <= backoff_cap")
+    if spec.quarantine_after < 1:
+        problems.append(f"{path}.quarantine_after: must be at least 1")
+    if not 0 <= spec.not_applicable_exit <= 255:
+        problems.append(f"{path}.not_applicable_exit: must be an exit code 0..255")
+
+
+def catalog_from_mapping(doc: Any, *, source: str | None = None) -> Catalog:
+    """Validate a parsed YAML/JSON document into a Catalog, or raise CatalogError with all problems."""
+    problems: list[str] = []
+    if not isinstance(doc, dict):
+        raise CatalogError(["(top): expected a mapping with 'version', 'resources', 'reporters'"],
+                           where=source)
+    for key in doc:
+        if key not in {"version", "resources", "reporters"}:
+            problems.append(f"{key}: unknown top-level field (expected version, resources, reporters)")
+    version = doc.get("version", 1)
+    if version != 1:
+        problems.append(f"version: unsupported version {version!r} (this crr reads version 1)")
+
+    sections: dict[str, dict[str, Any]] = {}
+    for section in ("resources", "reporters"):
+        raw = doc.get(section) or {}
+        if not isinstance(raw, dict):
+            problems.append(f"{section}: expected a mapping of name → settings")
+            raw = {}
+        sections[section] = raw
+
+    reporters: dict[str, Any] = {}
+    for name, raw in sections["reporters"].items():
+        if not isinstance(name, str) or not REPORTER_NAME.match(name):
+            problems.append(f"reporters.{name}: invalid reporter name (letters, digits, _ . -)")
+            continue
+        spec = _convert_entry(ReporterSpec, raw, f"reporters.{name}", problems)
+        reporters[name] = spec  # None marks "declared but invalid": still a valid reference
+        if spec is not None:
+            _check_reporter(name, spec, problems)
+
+    resources: dict[str, ResourceSpec] = {}
+    for name, raw in sections["resources"].items():
+        if not isinstance(name, str) or not RESOURCE_NAME.match(name):
+            problems.append(
+                f"resources.{name}: invalid resource name (a letter or _, then letters, digits, _)"
+            )
+            continue
+        if name in RESERVED_WORDS:
+            problems.append(f"resources.{name}: {name!r} is a reserved word of select[]")
+            continue
+        spec = _convert_entry(ResourceSpec, raw, f"resources.{name}", problems)
+        ref = raw.get("reporter") if isinstance(raw, dict) else None
+        if spec is None and isinstance(ref, str) and ref not in reporters:
+            problems.append(f"resources.{name}.reporter: no reporter named {ref!r} in 'reporters'")
+        if spec is not None:
+            _check_resource(name, spec, raw, reporters, problems)
+            resources[name] = spec
+
+    if problems:
+        raise CatalogError(problems, where=source)
+    return Catalog(
+        version=1,
+        resources=dict(sorted(resources.items())),
+        reporters={k: v for k, v in sorted(reporters.items()) if v is not None},
+    )
+
+
+def load_catalog_text(text: str, *, source: str = "resources.yaml") -> Catalog:
+    """Parse YAML text into a validated Catalog."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise CatalogError([f"(yaml): {problem}"], where=where) from exc
+    return catalog_from_mapping(doc, source=source)
+
+
+def load_catalog(path: str | Path) -> Catalog:
+    """Read and validate `resources.yaml` at `path`."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CatalogError([f"(file): cannot read: {exc.strerror or exc}"], where=str(p)) from exc
+    return load_catalog_text(text, source=str(p))

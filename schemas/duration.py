@@ -1,0 +1,51 @@
+"""Durations as written by operators: `250ms`, `30s`, `5m`, `1h`, `1d`, or a number of seconds."""
+
+from __future__ import annotations
+
+import re
+
+from schemas.errors import DurationError
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+
+
+def parse_duration(text: str | float) -> float:
+    """Seconds in `text`; compound forms like `1h30m` are accepted."""
+    if isinstance(text, bool):
+        raise DurationError(f"expected a duration like '30s', got {text!r}")
+    if isinstance(text, int | float):
+        if text < 0:
+            raise DurationError(f"duration must not be negative, got {text!r}")
+        return float(text)
+    s = text.strip()
+    if not s:
+        raise DurationError("empty duration")
+    pos, total = 0, 0.0
+    for m in _PART.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNITS[m.group(2)]
+        pos = m.end()
+    if pos != len(s):
+        try:
+            return parse_duration(float(s))
+        except ValueError:
+            pass
+        raise DurationError(f"expected a duration like '30s', '5m', '1h' or '250ms', got {text!r}")
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    """A short human form of `seconds` (`30s`, `5m`, `1h30m`, `250ms`)."""
+    if seconds < 1 and seconds != 0:
+        return f"{round(seconds * 1000)}ms"
+    out, rest = "", seconds
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if rest >= size:
+            n = int(rest // size)
+            out += f"{n}{unit}"
+            rest -= n * size
+    if rest or not out:
+        out += f"{rest:g}s"
+    return out

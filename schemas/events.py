@@ -1,0 +1,104 @@
+"""Events reporters publish to `CRR_EVENTS`: Report, Inventory, Health (DESIGN §4).
+
+Frozen, keyword-only msgspec Structs.  Unknown fields are ignored so old
+readers skip fields added later; missing required fields are an error.
+Schema evolution: new fields get defaults, a field's type never changes, a
+name is never reused (tests/golden holds encoded samples of every type).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+HealthState = Literal[
+    "ok", "failed", "timeout", "bad_output", "crashed", "restarting", "quarantined",
+    "not_applicable", "stopped",
+]
+HEALTH_STATES: tuple[str, ...] = (
+    "ok", "failed", "timeout", "bad_output", "crashed", "restarting", "quarantined",
+    "not_applicable", "stopped",
+)
+FAILING_HEALTH_STATES = frozenset({"failed", "timeout", "bad_output", "crashed", "quarantined"})
+
+# A reported value as decoded from JSON: number, bool, string, list of strings or null.
+Value = Any
+
+
+class Report(msgspec.Struct, frozen=True, kw_only=True):
+    """One reporter's measured values (DESIGN §4 Report)."""
+
+    reporter: str
+    boot: str
+    seq: int
+    observed_at: str
+    values: dict[str, Value]
+    host: str | None = None
+
+
+class Attribute(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A device attribute: exactly one of the four fields is set (checked by the fold)."""
+
+    int: int | None = None
+    bool: bool | None = None
+    string: str | None = None
+    version: str | None = None
+
+
+class Capacity(msgspec.Struct, frozen=True, kw_only=True):
+    """A device capacity, a Kubernetes quantity string such as `80Gi`."""
+
+    value: str
+
+
+class Device(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One device of an inventory pool (shaped like a DRA ResourceSlice device)."""
+
+    name: str
+    attributes: dict[str, Attribute] = msgspec.field(default_factory=dict)
+    capacity: dict[str, Capacity] = msgspec.field(default_factory=dict)
+
+
+class Pool(msgspec.Struct, frozen=True, kw_only=True):
+    """The pool a slice of devices belongs to; generation increases on every change."""
+
+    name: str
+    generation: int = 0
+
+
+class Inventory(msgspec.Struct, frozen=True, kw_only=True):
+    """A reporter's device inventory (DESIGN §4 Inventory)."""
+
+    reporter: str
+    boot: str
+    seq: int
+    observed_at: str
+    pool: Pool
+    devices: list[Device] = msgspec.field(default_factory=list)
+    host: str | None = None
+
+
+class Health(msgspec.Struct, frozen=True, kw_only=True):
+    """A reporter lifecycle change seen by the agent or an external runner (DESIGN §4 Health)."""
+
+    reporter: str
+    boot: str
+    at: str
+    state: HealthState
+    host: str | None = None
+    detail: str | None = None
+    exit_code: int | None = None
+    seq: int = 0
+    """Position in the publisher's sequence for this boot (used for Nats-Msg-Id)."""
+
+
+class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
+    """What `crr.v1.deadletter` carries: an event the projector could not apply, and why."""
+
+    seq: int
+    subject: str
+    reason: str
+    payload: str
+    """The original payload, decoded as UTF-8 with replacement, cut to 4 KiB."""
+    received_at: str

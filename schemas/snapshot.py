@@ -1,0 +1,112 @@
+"""What the projector writes to `CRR_SNAPSHOT` (DESIGN §4): host, cluster and projector records.
+
+Readers (the scheduler view, CLI, REST, other languages) decode these.  They
+are encoded with sorted keys so equal state gives equal bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from schemas.events import Device, Pool
+
+ValueState = Literal["fresh", "stale", "unknown"]
+ReporterState = Literal[
+    "ok", "failed", "timeout", "bad_output", "crashed", "restarting", "quarantined",
+    "not_applicable", "stopped", "silent", "rejecting",
+]
+
+
+class AsOf(msgspec.Struct, frozen=True, kw_only=True):
+    """The `CRR_EVENTS` sequence and the time of the last change to a record."""
+
+    seq: int
+    time: str
+
+
+class ValueEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One resource's value on a host (or the cluster), with its freshness.
+
+    A stale value has `value: null` and keeps what it was in `last_value`.
+    """
+
+    value: Any
+    state: ValueState
+    reporter: str
+    observed_at: str
+    received_at: str
+    expires_at: str
+    last_value: Any = None
+    stale_since: str | None = None
+
+
+class InventoryEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """A reporter's inventory on a host, with the same freshness as values."""
+
+    pool: Pool
+    devices: list[Device]
+    state: ValueState
+    reporter: str
+    observed_at: str
+    received_at: str
+    expires_at: str
+    stale_since: str | None = None
+
+
+class ReporterStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """A reporter's health on a host as the projector sees it.
+
+    `state` is the last Health state, or the projector's own finding:
+    `silent` (nothing within interval + grace), `rejecting` (the last report
+    had invalid values).  `rejected` counts the values rejected in the last
+    report, `rejections` says why.
+    """
+
+    state: ReporterState
+    detail: str | None = None
+    since: str | None = None
+    last_report_at: str | None = None
+    rejected: int = 0
+    rejections: list[str] = msgspec.field(default_factory=list)
+    exit_code: int | None = None
+    boot: str | None = None
+    health: str | None = None
+    """The last Health state the reporter's runner published, whatever `state` says."""
+
+
+class HostSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """Payload of `crr.v1.snapshot.host.<host>`."""
+
+    host: str
+    as_of: AsOf
+    values: dict[str, ValueEntry] = msgspec.field(default_factory=dict)
+    inventory: dict[str, InventoryEntry] = msgspec.field(default_factory=dict)
+    reporters: dict[str, ReporterStatus] = msgspec.field(default_factory=dict)
+
+
+class ClusterSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """Payload of `crr.v1.snapshot.cluster`: cluster-scope values, same shape without `host`."""
+
+    as_of: AsOf
+    values: dict[str, ValueEntry] = msgspec.field(default_factory=dict)
+    inventory: dict[str, InventoryEntry] = msgspec.field(default_factory=dict)
+    reporters: dict[str, ReporterStatus] = msgspec.field(default_factory=dict)
+
+
+class ProjectorStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """Payload of `crr.v1.snapshot.projector`: how far the projector got."""
+
+    last_seq: int
+    """Last `CRR_EVENTS` sequence applied."""
+    stream_last_seq: int
+    """Last sequence in `CRR_EVENTS` when this status was written."""
+    lag: int
+    last_tick: str
+    started_at: str
+    applied: int = 0
+    deadletters: int = 0
+    hosts: int = 0
+    projector_id: str = ""
+    partition: int | None = None
