@@ -227,3 +227,23 @@ def load_catalog(path: str | Path) -> Catalog:
     except OSError as exc:
         raise CatalogError([f"(file): cannot read: {exc.strerror or exc}"], where=str(p)) from exc
     return load_catalog_text(text, source=str(p))
+
+
+def catalog_from_wire(doc: Any, *, source: str = "crr.v1.catalog") -> Catalog:
+    """Validate a decoded `crr.v1.catalog` payload (an encoded Catalog) into a Catalog.
+
+    An encoded Catalog spells out every field, so a numeric resource carries
+    `max_length: 256` and a boolean one `min: null`; those defaults are not
+    the operator's doing and must not trip the kind-only check that
+    `resources.yaml` gets.  Everything else is validated exactly as the file is.
+    """
+    if isinstance(doc, dict) and isinstance(doc.get("resources"), dict):
+        defaults = {f.name: f.default for f in msgspec.structs.fields(ResourceSpec)}
+        resources = {}
+        for name, entry in doc["resources"].items():
+            resources[name] = entry if not isinstance(entry, dict) else {
+                k: v for k, v in entry.items()
+                if not (k in _KIND_ONLY and v == defaults.get(k, ...))
+            }
+        doc = {**doc, "resources": resources}
+    return catalog_from_mapping(doc, source=source)

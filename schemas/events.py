@@ -8,6 +8,7 @@ name is never reused (tests/golden holds encoded samples of every type).
 
 from __future__ import annotations
 
+import builtins
 from typing import Any, Literal
 
 import msgspec
@@ -40,8 +41,10 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
 class Attribute(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A device attribute: exactly one of the four fields is set (checked by the fold)."""
 
-    int: int | None = None
-    bool: bool | None = None
+    # Field names shadow the builtins inside the class body (and msgspec resolves
+    # annotations there), so the types are spelled via `builtins`.
+    int: builtins.int | None = None
+    bool: builtins.bool | None = None
     string: str | None = None
     version: str | None = None
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from nats.aio.client import Client
 
+from bus.connection import connect
 from bus.server import NatsServer
+from bus.streams import provision
 
 
 @pytest.fixture
@@ -21,3 +24,11 @@ def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
 def nats_url(nats_server: NatsServer) -> str:
     """Client URL of the per-test server."""
     return nats_server.url
+
+
+@pytest.fixture
+async def nc(nats_url: str) -> AsyncIterator[Client]:
+    """A connected client with the crr streams provisioned."""
+    async with connect(nats_url, name="crr-test") as client:
+        await provision(client)
+        yield client

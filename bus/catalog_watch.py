@@ -1,0 +1,40 @@
+"""Follow the active catalog from `crr.v1.snapshot.catalog` (agents, views)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+from nats.aio.client import Client
+
+from bus.ordered import OrderedReader, StoredMessage
+from bus.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM
+from schemas.catalog import Catalog
+from schemas.codec import decode
+from schemas.errors import PayloadError
+
+log = logging.getLogger("crr.bus.catalog")
+
+
+async def watch_catalog(nc: Client) -> AsyncIterator[Catalog]:
+    """Yield the active catalog, then every change, until the caller stops iterating.
+
+    Nothing is yielded until a catalog has been applied (`crr catalog apply`)
+    and the projector has published it.
+    """
+    queue: asyncio.Queue[Catalog] = asyncio.Queue()
+
+    def on_msg(m: StoredMessage) -> None:
+        try:
+            queue.put_nowait(decode(m.data, Catalog))
+        except PayloadError as exc:
+            log.error("ignoring undecodable catalog at seq %d: %s", m.seq, exc)
+
+    reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_CATALOG, handler=on_msg)
+    await reader.start()
+    try:
+        while True:
+            yield await queue.get()
+    finally:
+        await reader.stop()

@@ -1,0 +1,229 @@
+"""The publishing side of every producer: JetStream publishes with acks, kept across outages.
+
+`put()` never blocks and never raises for a transient outage.  While NATS is
+unreachable the outbox keeps, per subject, either only the newest pending
+message (`keep="latest"`: reports and inventories — an older value is
+worthless once a newer one exists) or every message up to a bound
+(`keep="all"`: health transitions), and flushes them when the connection
+returns.  Every message carries `Nats-Msg-Id`, so a resend after a lost ack
+is de-duplicated by the stream.  Publishes wait for the JetStream ack (not
+`publish_async`, whose future never resolves when the server refuses a
+message — nats-py issue #985).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import nats.errors
+import nats.js.errors
+import tenacity
+from nats.aio.client import Client
+
+from schemas.errors import CrrTimeoutError
+
+log = logging.getLogger("crr.bus.outbox")
+
+Keep = Literal["latest", "all"]
+ErrorHandler = Callable[[str, Exception], None]
+
+_backoff = tenacity.wait_exponential(multiplier=0.05, max=2.0) + tenacity.wait_random(0, 0.1)
+
+
+@dataclass(eq=False)
+class _Item:
+    subject: str
+    payload: bytes
+    headers: dict[str, str]
+    keep: Keep
+    attempts: int = 0
+
+
+@dataclass
+class OutboxStats:
+    """Counters an operator (and the tests) can read."""
+
+    published: int = 0
+    retried: int = 0
+    superseded: int = 0
+    dropped_overflow: int = 0
+    rejected: int = 0
+    last_error: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+class Outbox:
+    """Buffered, acknowledged, de-duplicated publishing to JetStream (see module doc)."""
+
+    def __init__(
+        self,
+        nc: Client,
+        *,
+        max_all: int = 10_000,
+        window: int = 256,
+        ack_timeout: float = 5.0,
+        on_error: ErrorHandler | None = None,
+    ) -> None:
+        self._nc = nc
+        self._js = nc.jetstream(timeout=ack_timeout)
+        self._latest: OrderedDict[str, _Item] = OrderedDict()
+        self._all: deque[_Item] = deque()
+        self._max_all = max_all
+        self._window = window
+        self._ack_timeout = ack_timeout
+        self._wakeup = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self.on_error = on_error
+        self.stats = OutboxStats()
+
+    @property
+    def pending(self) -> int:
+        """Messages waiting to be published (not counting those in flight)."""
+        return len(self._latest) + len(self._all)
+
+    async def start(self) -> None:
+        """Start the background sender."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="crr-outbox")
+
+    def put(
+        self,
+        subject: str,
+        payload: bytes,
+        *,
+        msg_id: str,
+        keep: Keep = "latest",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Queue a message; returns at once (see module doc for what is kept)."""
+        hdrs = {"Nats-Msg-Id": msg_id}
+        if headers:
+            hdrs.update(headers)
+        item = _Item(subject, payload, hdrs, keep)
+        if keep == "latest":
+            if self._latest.pop(subject, None) is not None:
+                self.stats.superseded += 1
+            self._latest[subject] = item
+        else:
+            if len(self._all) >= self._max_all:
+                self._all.popleft()
+                self.stats.dropped_overflow += 1
+            self._all.append(item)
+        self._idle.clear()
+        self._wakeup.set()
+
+    async def flush(self, timeout: float = 10.0) -> None:
+        """Wait until everything queued so far is acknowledged (CrrTimeoutError otherwise)."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            raise CrrTimeoutError(
+                f"outbox: {self.pending} message(s) still unacknowledged after {timeout:g}s"
+                + (f" (last error: {self.stats.last_error})" if self.stats.last_error else "")
+            ) from None
+
+    async def close(self, flush_timeout: float = 5.0) -> None:
+        """Try to flush, then stop the sender; what could not be sent is logged."""
+        with contextlib.suppress(CrrTimeoutError):
+            await self.flush(flush_timeout)
+        self._closing = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.pending:
+            log.warning("outbox closed with %d unsent message(s)", self.pending)
+
+    def _take_batch(self) -> list[_Item]:
+        """Up to `window` items, at most one per subject (keeps per-subject order)."""
+        batch: list[_Item] = []
+        seen: set[str] = set()
+        while self._all and len(batch) < self._window:
+            if self._all[0].subject in seen:
+                break
+            it = self._all.popleft()
+            seen.add(it.subject)
+            batch.append(it)
+        while self._latest and len(batch) < self._window:
+            subject, it = self._latest.popitem(last=False)
+            if subject in seen:
+                self._latest[subject] = it
+                self._latest.move_to_end(subject, last=False)
+                break
+            seen.add(subject)
+            batch.append(it)
+        return batch
+
+    async def _send(self, it: _Item) -> Exception | None:
+        try:
+            await self._js.publish(it.subject, it.payload, headers=it.headers,
+                                   timeout=self._ack_timeout)
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError,
+                nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,
+                nats.errors.OutboundBufferLimitError, nats.errors.StaleConnectionError,
+                nats.js.errors.NoStreamResponseError, TimeoutError) as exc:
+            return exc
+        except nats.js.errors.APIError as exc:
+            if exc.code is not None and exc.code >= 500:
+                return exc  # e.g. 503 no leader during a cluster election: retriable
+            self._reject(it, exc)
+        except nats.errors.MaxPayloadError as exc:
+            self._reject(it, exc)
+        return None
+
+    def _reject(self, it: _Item, exc: Exception) -> None:
+        self.stats.rejected += 1
+        self.stats.last_error = f"{it.subject}: {exc}"
+        log.error("publish to %s refused: %s", it.subject, exc)
+        if self.on_error is not None:
+            self.on_error(it.subject, exc)
+
+    def _requeue(self, it: _Item) -> None:
+        it.attempts += 1
+        self.stats.retried += 1
+        if it.keep == "latest":
+            if it.subject in self._latest:
+                self.stats.superseded += 1  # a newer value arrived meanwhile: drop the old one
+                return
+            self._latest[it.subject] = it
+            self._latest.move_to_end(it.subject, last=False)
+        else:
+            self._all.appendleft(it)
+
+    async def _run(self) -> None:
+        failures = 0
+        while not self._closing:
+            if not self._latest and not self._all:
+                self._idle.set()
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            batch = self._take_batch()
+            results = await asyncio.gather(*(self._send(it) for it in batch))
+            failed = [(it, r) for it, r in zip(batch, results, strict=True) if r is not None]
+            self.stats.published += len(batch) - len(failed)
+            if not failed:
+                failures = 0
+                continue
+            # Put back in reverse so the oldest keep their place at the front.
+            for it, _ in reversed(failed):
+                self._requeue(it)
+            failures += 1
+            self.stats.last_error = f"{failed[0][0].subject}: {failed[0][1]!r}"
+            if failures == 1 or failures % 50 == 0:
+                log.warning("publish failed (%s); %d message(s) kept for retry",
+                            self.stats.last_error, self.pending)
+            state = tenacity.RetryCallState(tenacity.AsyncRetrying(), None, (), {})
+            state.attempt_number = failures
+            # Bounded back-off before the next attempt; new puts do not cut it short.
+            await asyncio.sleep(_backoff(state))

@@ -1,0 +1,129 @@
+"""Idempotent provisioning of the two JetStream streams crr uses (DESIGN §3).
+
+Safe to re-run: a stream that exists with the same settings is left alone;
+one whose settings conflict with what crr needs is reported (StreamConfigError
+listing each difference), never silently changed — unless the operator asks
+for `update=True` (for settings JetStream can change in place).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+
+from bus.subjects import EVENT_SUBJECTS, EVENTS_STREAM, SNAPSHOT_STREAM, SNAPSHOT_SUBJECTS
+from schemas.errors import StreamConfigError
+
+DEFAULT_EVENTS_MAX_AGE = 24 * 3600.0
+DUPLICATE_WINDOW = 120.0
+MAX_EVENT_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """What crr provisions; `replicas` 3 on a NATS cluster."""
+
+    events_max_age: float = DEFAULT_EVENTS_MAX_AGE
+    replicas: int = 1
+    events_max_bytes: int = -1
+
+
+def events_config(s: StreamSettings) -> StreamConfig:
+    """CRR_EVENTS: history of every event, limits retention, bounded by age."""
+    return StreamConfig(
+        name=EVENTS_STREAM,
+        description="crr events: reports, inventories, health, catalog, dead letters",
+        allow_direct=False,
+        subjects=list(EVENT_SUBJECTS),
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_age=s.events_max_age,
+        max_msgs_per_subject=-1,
+        max_bytes=s.events_max_bytes,
+        duplicate_window=DUPLICATE_WINDOW,
+        max_msg_size=MAX_EVENT_BYTES,
+        num_replicas=s.replicas,
+        discard=DiscardPolicy.OLD,
+    )
+
+
+def snapshot_config(s: StreamSettings) -> StreamConfig:
+    """CRR_SNAPSHOT: compacted (one message per subject), direct-get enabled."""
+    return StreamConfig(
+        name=SNAPSHOT_STREAM,
+        description="crr snapshot: one record per host, the cluster, the catalog, the projector",
+        subjects=list(SNAPSHOT_SUBJECTS),
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_msgs_per_subject=1,
+        duplicate_window=DUPLICATE_WINDOW,
+        allow_direct=True,
+        allow_rollup_hdrs=True,
+        num_replicas=s.replicas,
+        discard=DiscardPolicy.OLD,
+    )
+
+
+# The settings whose value changes what crr means; others (limits) may be tuned by operators.
+_CHECKED = ("subjects", "retention", "storage", "max_msgs_per_subject", "allow_direct",
+            "duplicate_window", "max_age", "num_replicas")
+
+
+def _norm(field: str, value: Any) -> Any:
+    if field == "subjects":
+        return sorted(value or [])
+    if field in ("max_age", "duplicate_window"):
+        return round(float(value or 0), 3)
+    if hasattr(value, "value"):
+        return value.value
+    return value
+
+
+def _differences(want: StreamConfig, have: StreamConfig) -> list[str]:
+    diffs = []
+    for f in _CHECKED:
+        if getattr(want, f) is None:
+            continue  # crr leaves this setting to the server's default
+        w, h = _norm(f, getattr(want, f)), _norm(f, getattr(have, f))
+        if w != h:
+            diffs.append(f"{want.name}.{f}: existing {h!r}, crr needs {w!r}")
+    return diffs
+
+
+async def ensure_stream(nc: Client, want: StreamConfig, *, update: bool = False) -> str:
+    """Create `want` if missing; return "created", "unchanged" or "updated"."""
+    js = nc.jetstream()
+    assert want.name is not None
+    try:
+        info = await js.stream_info(want.name)
+    except nats.js.errors.NotFoundError:
+        await js.add_stream(want)
+        return "created"
+    diffs = _differences(want, info.config)
+    if not diffs:
+        return "unchanged"
+    if not update:
+        raise StreamConfigError(
+            "stream exists with conflicting settings (re-run with --update to change them): "
+            + "; ".join(diffs)
+        )
+    try:
+        await js.update_stream(want)
+    except nats.js.errors.APIError as exc:
+        raise StreamConfigError(f"cannot update {want.name}: {exc.description}") from exc
+    return "updated"
+
+
+async def provision(
+    nc: Client, settings: StreamSettings | None = None, *, update: bool = False
+) -> dict[str, str]:
+    """Ensure CRR_EVENTS and CRR_SNAPSHOT exist as crr needs them; idempotent."""
+    s = settings or StreamSettings()
+    return {
+        EVENTS_STREAM: await ensure_stream(nc, events_config(s), update=update),
+        SNAPSHOT_STREAM: await ensure_stream(nc, snapshot_config(s), update=update),
+    }

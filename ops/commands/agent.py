@@ -1,0 +1,44 @@
+"""`crr agent`: the worker agent — runs this host's script reporters (DESIGN §5, §7)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+from bus.connection import connect
+from producers.agent import Agent
+
+
+def short_hostname() -> str:
+    """This host's name up to the first dot (LSF's convention)."""
+    return socket.gethostname().split(".", 1)[0]
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add `crr agent`."""
+    p = sub.add_parser("agent", parents=[common],
+                       help="run the worker agent (this host's script reporters)")
+    p.add_argument("--host", default=None,
+                   help="host name to report as (default: the short host name)")
+    p.add_argument("--reporters-dir", type=Path, default=Path(),
+                   help="directory relative reporter commands are resolved against "
+                        "(default: the current directory)")
+    p.set_defaults(func=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Run until SIGINT/SIGTERM; reconnects forever; leaves no script running."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    host = args.host or short_hostname()
+    async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
+                       name=f"crr-agent-{host}", attempts=None) as nc:
+        agent = Agent(nc, host, args.reporters_dir)
+        await agent.run(stop)
+    return 0

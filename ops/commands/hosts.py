@@ -1,0 +1,47 @@
+"""`crr hosts [HOST…] [--json]`: the current snapshot of hosts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import msgspec
+
+from bus.connection import connect
+from ops.snapshot_reader import read_snapshot
+from ops.table import LEGEND, render_hosts
+from schemas.errors import CrrError
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add `crr hosts`."""
+    p = sub.add_parser("hosts", parents=[common], help="show host snapshots")
+    p.add_argument("hosts", nargs="*", metavar="HOST", help="only these hosts")
+    p.add_argument("--json", action="store_true", help="a JSON array of HostSnapshot, by host")
+    p.set_defaults(func=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Print the table or the JSON array."""
+    async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
+                       name="crr-hosts") as nc:
+        contents = await read_snapshot(nc)
+    selected = sorted(contents.hosts.values(), key=lambda h: h.host)
+    if args.hosts:
+        missing = [h for h in args.hosts if h not in contents.hosts]
+        if missing:
+            raise CrrError(f"no snapshot for host(s): {', '.join(missing)}")
+        selected = [contents.hosts[h] for h in sorted(set(args.hosts))]
+    if args.json:
+        sys.stdout.buffer.write(msgspec.json.encode(selected, order="sorted") + b"\n")
+        return 0
+    if not selected:
+        print("no hosts in the snapshot yet (is a projector running, and a catalog applied?)")
+        return 0
+    resources = sorted(contents.catalog.resources) if contents.catalog else None
+    host_res = [r for r in (resources or []) if contents.catalog is not None
+                and contents.catalog.resources[r].scope == "host"] or None
+    print(render_hosts(selected, contents.cluster, host_res))
+    print(LEGEND)
+    return 0

@@ -1,0 +1,438 @@
+"""Running one script reporter on one host: schedule, containment, health, backoff.
+
+`periodic`: the script runs every `interval` (fixed rate, missed slots are
+skipped); a run ends when its stdout is closed and the leader has exited.
+Non-zero exit, a signal or a timeout discards the output.  With
+`format: elim` every line of the run counts (later lines override earlier
+ones); an elim still running `exit_grace` after its first line is taken to
+be a classic looping LSF elim: the lines so far are the report and the elim
+is stopped (its exit status then means nothing), so an unchanged elim works
+as `mode: periodic` (one short run per interval).  It may also run as
+`mode: stream`, each of its lines then being a report.
+
+`stream`: the script runs for good; each line is a report.  When it ends,
+it is restarted after a backoff.
+
+Containment: every script has its own process group.  A timeout sends
+SIGTERM to the group and SIGKILL after `kill_grace`; when the leader exits
+and a descendant still holds stdout past `exit_grace`, the group is killed;
+after every run whatever is left of the group is killed and the leader is
+reaped.  Output is bounded by `max_output_bytes` (see `script_pipes`).
+
+Health (DESIGN §4), published when the state (or exit code) changes:
+
+- `ok`: a run (or stream line) produced a usable report;
+- `failed`: the command is missing, not executable or cannot start, or a
+  periodic run exited non-zero;
+- `timeout`: a periodic run outlived `timeout` and was killed;
+- `bad_output`: empty, non-JSON, truncated, malformed or over-size output
+  (partly usable output is reported, and the state says what was dropped);
+- `crashed`: a periodic run was killed by a signal, or a stream script
+  ended (whatever its status);
+- `restarting`: a stream script will be restarted after the backoff in `detail`;
+- `quarantined`: `quarantine_after` consecutive failures; no more runs until
+  the reporter changes in the catalog (or the agent restarts);
+- `not_applicable`: the script exited with `not_applicable_exit`; not run
+  again on this host;
+- `stopped`: the reporter was removed from the catalog, or the agent stopped.
+
+Backoff: a failure delays the next run by a full-jitter exponential delay
+between `backoff_floor` and `min(backoff_cap, floor·2ⁿ⁻¹)` (tenacity's
+`wait_random_exponential`); a periodic reporter also waits at least its
+interval.  A usable report resets the count.
+
+Nothing a script does may crash the agent: every run is guarded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tenacity
+
+from producers.publisher import ReporterPublisher
+from producers.script_output import (
+    BadOutput,
+    ParsedOutput,
+    ScriptInventory,
+    parse_elim_line,
+    parse_json_report,
+    parse_report,
+)
+from producers.script_pipes import BoundedCapture, LineReader, TailCapture
+from producers.spawn import (
+    DEFAULT_PATH,
+    CommandError,
+    ExitStatus,
+    ScriptProcess,
+    resolve_command,
+    script_environment,
+    spawn,
+)
+from schemas.catalog import Catalog, Kind, ReporterSpec
+from schemas.events import Device, HealthState, Pool
+
+log = logging.getLogger("crr.agent.runner")
+
+_MAX_DETAIL = 1500
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """Everything a runner depends on: a change of any of it restarts the runner."""
+
+    name: str
+    spec: ReporterSpec
+    kinds: tuple[tuple[str, Kind], ...]
+    """The resources this reporter owns and their kinds, sorted by name."""
+
+    @classmethod
+    def from_catalog(cls, catalog: Catalog, name: str) -> RunnerConfig:
+        """The config of reporter `name` in `catalog`."""
+        kinds = tuple((r, catalog.resources[r].kind) for r in catalog.resources_of(name))
+        return cls(name=name, spec=catalog.reporters[name], kinds=kinds)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one run (periodic) or one process lifetime (stream) went."""
+
+    state: HealthState
+    detail: str | None = None
+    exit_code: int | None = None
+    success: bool = False
+    """A usable report came out of it (resets the backoff)."""
+
+
+def _detail(what: str, stderr: str = "") -> str:
+    text = f"{what}: {stderr}" if stderr else what
+    return text if len(text) <= _MAX_DETAIL else text[:_MAX_DETAIL] + "…"
+
+
+async def _first(*futures: asyncio.Future[Any], within: float | None) -> bool:
+    """Wait until one of `futures` is done (True) or `within` seconds pass (False)."""
+    if any(f.done() for f in futures):
+        return True
+    if within is not None and within <= 0:
+        return False
+    # asyncio.wait neither cancels nor consumes the futures, on timeout or cancellation.
+    done, _ = await asyncio.wait(futures, timeout=within, return_when=asyncio.FIRST_COMPLETED)
+    return bool(done) or any(f.done() for f in futures)
+
+
+class ReporterRunner:
+    """Runs one reporter's script on this host until stopped (see module doc)."""
+
+    def __init__(
+        self,
+        config: RunnerConfig,
+        *,
+        host: str,
+        publisher: ReporterPublisher,
+        reporters_dir: Path,
+        agent_env: Mapping[str, str],
+        kill_grace: float = 1.0,
+        exit_grace: float = 0.5,
+    ) -> None:
+        self.config = config
+        self.spec = config.spec
+        self.host = host
+        self.publisher = publisher
+        self.reporters_dir = reporters_dir
+        self.kill_grace = kill_grace
+        self.exit_grace = exit_grace
+        self.kinds: dict[str, Kind] = dict(config.kinds)
+        self.env = script_environment(
+            host=host, reporter=config.name, interval=self.spec.interval,
+            resources=self.kinds, allow=self.spec.env, source=agent_env)
+        self.state: HealthState | None = None
+        self.failures = 0
+        self.runs = 0
+        self._last_health: tuple[HealthState, int | None] | None = None
+        self._wait = tenacity.wait_random_exponential(
+            multiplier=self.spec.backoff_floor, max=self.spec.backoff_cap,
+            min=self.spec.backoff_floor)
+        self._proc: ScriptProcess | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._inventory_devices: list[Device] | None = None
+        self._inventory_generation = 0
+
+    @property
+    def name(self) -> str:
+        """The reporter's name."""
+        return self.config.name
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start running the script in a background task."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._main(), name=f"crr-reporter-{self.name}")
+
+    async def stop(self, *, publish: bool = True) -> None:
+        """Stop the schedule, kill the script's group, reap it; then Health `stopped`."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._proc is not None:  # cancelled between spawn and cleanup
+            await self._proc.close()
+            self._proc = None
+        if publish:
+            self._set_health("stopped")
+
+    async def _main(self) -> None:
+        if self.spec.mode == "stream":
+            await self._stream_loop()
+        else:
+            await self._periodic_loop()
+
+    # -- health and backoff --------------------------------------------------------------
+
+    def _set_health(
+        self, state: HealthState, detail: str | None = None, exit_code: int | None = None
+    ) -> None:
+        key = (state, exit_code)
+        self.state = state
+        if key == self._last_health:
+            return
+        self._last_health = key
+        self.publisher.health(state, detail, exit_code)
+        if state in ("ok", "stopped", "restarting"):
+            log.info("reporter %s: %s%s", self.name, state, f" ({detail})" if detail else "")
+        else:
+            log.warning("reporter %s: %s%s", self.name, state, f" ({detail})" if detail else "")
+
+    def backoff(self, failures: int) -> float:
+        """Seconds to wait after `failures` consecutive failures (tenacity, full jitter)."""
+        retry_state = tenacity.RetryCallState(tenacity.AsyncRetrying(), None, (), {})
+        retry_state.attempt_number = max(1, failures)
+        return float(self._wait(retry_state))
+
+    def _count_failure(self, outcome: Outcome) -> bool:
+        """Record a failed run; True if the reporter is now quarantined."""
+        self.failures += 1
+        if self.failures >= self.spec.quarantine_after:
+            self._set_health(
+                "quarantined",
+                _detail(f"{self.failures} consecutive failures, not retried until the "
+                        f"reporter changes; last: {outcome.state}", outcome.detail or ""),
+                outcome.exit_code)
+            return True
+        return False
+
+    async def _guarded(self, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
+        """Run one attempt; a bug in the agent becomes a `failed` outcome, never a crash."""
+        self.runs += 1
+        try:
+            return await run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("reporter %s: internal error", self.name)
+            return Outcome("failed", _detail(f"agent error running the script: {exc!r}"))
+        finally:
+            if self._proc is not None:
+                await self._proc.close()
+                self._proc = None
+
+    # -- schedules ------------------------------------------------------------------------
+
+    async def _periodic_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while True:
+            delay = next_at - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            started = loop.time()
+            outcome = await self._guarded(self._run_periodic_once)
+            if outcome.state == "not_applicable":
+                self._set_health(outcome.state, outcome.detail, outcome.exit_code)
+                return
+            self._set_health(outcome.state, outcome.detail, outcome.exit_code)
+            now = loop.time()
+            if outcome.success:
+                self.failures = 0
+                # Fixed rate; after an overrun, skip the missed slots.
+                next_at = max(started + self.spec.interval, now)
+            else:
+                if self._count_failure(outcome):
+                    return
+                next_at = max(started + self.spec.interval, now + self.backoff(self.failures))
+
+    async def _stream_loop(self) -> None:
+        while True:
+            outcome = await self._guarded(self._run_stream_once)
+            if outcome.state == "not_applicable":
+                self._set_health(outcome.state, outcome.detail, outcome.exit_code)
+                return
+            self._set_health(outcome.state, outcome.detail, outcome.exit_code)
+            if self._count_failure(outcome):
+                return
+            delay = self.backoff(self.failures)
+            self._set_health("restarting", _detail(
+                f"restart in {delay:.2f}s (failure {self.failures} of at most "
+                f"{self.spec.quarantine_after})", outcome.detail or ""))
+            await asyncio.sleep(delay)
+
+    # -- one run --------------------------------------------------------------------------
+
+    def _spawn(self) -> ScriptProcess:
+        argv = resolve_command(self.spec.command, self.reporters_dir,
+                               self.env.get("PATH", DEFAULT_PATH))
+        try:
+            return spawn(argv, self.env, self.spec.cwd)
+        except OSError as exc:
+            raise CommandError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
+
+    def _judge_exit(self, status: ExitStatus, stderr: TailCapture) -> Outcome | None:
+        """The outcome of an unsuccessful exit, or None for exit 0."""
+        if status.signal is not None:
+            return Outcome("crashed", _detail(status.describe(), stderr.text()))
+        if status.code == self.spec.not_applicable_exit:
+            return Outcome("not_applicable",
+                           _detail(f"exit {status.code}: not applicable on this host",
+                                   stderr.text()), exit_code=status.code)
+        if status.code != 0:
+            return Outcome("failed", _detail(status.describe(), stderr.text()),
+                           exit_code=status.code)
+        return None
+
+    async def _run_periodic_once(self) -> Outcome:
+        loop = asyncio.get_running_loop()
+        timeout = self.spec.effective_timeout()
+        deadline = loop.time() + timeout
+        limit = self.spec.max_output_bytes
+        try:
+            proc = self._proc = self._spawn()
+        except CommandError as exc:
+            return Outcome("failed", exc.message)
+        out, err = await proc.read_pipes(lambda: BoundedCapture(limit), TailCapture)
+        assert isinstance(out, BoundedCapture)
+        assert isinstance(err, TailCapture)
+        elim = self.spec.format == "elim"
+
+        def remaining() -> float:
+            return max(0.0, deadline - loop.time())
+
+        def too_much() -> Outcome:
+            proc.signal_group(signal.SIGKILL)
+            return Outcome("bad_output", _detail(
+                f"output exceeds max_output_bytes ({limit} bytes); script stopped", err.text()))
+
+        async def timed_out() -> Outcome:
+            await proc.terminate(self.kill_grace)
+            return Outcome("timeout", _detail(
+                f"no result within {timeout:g}s; process group killed", err.text()))
+
+        waits: list[asyncio.Future[Any]] = [out.finished, proc.exited]
+        if elim:
+            waits.append(out.line_seen)
+        if not await _first(*waits, within=remaining()):
+            return await timed_out()
+        if out.overflow:
+            return too_much()
+        if (elim and proc.running and out.line_seen.done()
+                and not await _first(proc.exited, within=min(self.exit_grace, remaining()))):
+            # Still running after its line: a looping LSF elim.  Its complete
+            # lines are this interval's report; stop it (its status means nothing).
+            await proc.terminate(self.kill_grace)
+            return self._use_output(out.complete_lines(), err)
+        if proc.running:  # stdout closed; wait for the exit status
+            if not await _first(proc.exited, within=remaining()):
+                return await timed_out()
+        elif not out.finished.done():
+            # The leader exited but something still holds stdout: a child left behind.
+            if not await _first(out.finished, within=min(self.exit_grace, remaining())):
+                log.info("reporter %s: killing processes left holding stdout", self.name)
+                proc.signal_group(signal.SIGKILL)
+                await _first(out.finished, within=self.exit_grace)
+            if out.overflow:
+                return too_much()
+        failure = self._judge_exit(proc.exited.result(), err)
+        if failure is not None:
+            return failure
+        return self._use_output(bytes(out.buffer), err)
+
+    def _use_output(self, data: bytes, err: TailCapture) -> Outcome:
+        try:
+            parsed = parse_report(data, self.spec.format, self.kinds)
+        except BadOutput as exc:
+            return Outcome("bad_output", _detail(exc.message, err.text()))
+        return self._publish(parsed)
+
+    def _publish(self, parsed: ParsedOutput) -> Outcome:
+        observed_at = time.time()
+        if parsed.values is not None:
+            self.publisher.report(parsed.values, observed_at)
+        if parsed.inventory is not None:
+            pool = self._pool(parsed.inventory)
+            self.publisher.inventory(pool, parsed.inventory.devices, observed_at)
+        if parsed.problems:
+            return Outcome("bad_output", _detail("; ".join(parsed.problems)), success=True)
+        return Outcome("ok", success=True)
+
+    def _pool(self, inv: ScriptInventory) -> Pool:
+        """The script's pool, or `<host>/<reporter>` with a generation bumped on change."""
+        if isinstance(inv.pool, Pool):
+            return inv.pool
+        if inv.devices != self._inventory_devices:
+            self._inventory_devices = list(inv.devices)
+            self._inventory_generation += 1
+        name = inv.pool if inv.pool else f"{self.host}/{self.name}"
+        return Pool(name=name, generation=self._inventory_generation)
+
+    async def _run_stream_once(self) -> Outcome:
+        try:
+            proc = self._proc = self._spawn()
+        except CommandError as exc:
+            return Outcome("failed", exc.message)
+        good = False
+
+        def on_line(line: bytes) -> None:
+            nonlocal good
+            try:
+                if self.spec.format == "elim":
+                    parsed = parse_elim_line(line.decode("utf-8", "replace"), self.kinds)
+                else:
+                    parsed = parse_json_report(line)
+            except BadOutput as exc:
+                self._set_health("bad_output", exc.message)
+                return
+            outcome = self._publish(parsed)
+            good = True
+            self.failures = 0
+            self._set_health(outcome.state, outcome.detail)
+
+        limit = self.spec.max_output_bytes
+        out, err = await proc.read_pipes(lambda: LineReader(limit, on_line), TailCapture)
+        assert isinstance(out, LineReader)
+        assert isinstance(err, TailCapture)
+        await _first(out.finished, proc.exited, within=None)
+        if out.overflow:
+            proc.signal_group(signal.SIGKILL)
+            return Outcome("bad_output", _detail(
+                f"a line exceeds max_output_bytes ({limit} bytes); script stopped", err.text()))
+        if proc.running:  # stdout closed but still running: useless as a stream
+            if not await _first(proc.exited, within=self.exit_grace):
+                await proc.terminate(self.kill_grace)
+        elif not await _first(out.finished, within=self.exit_grace):
+            proc.signal_group(signal.SIGKILL)  # a child left holding stdout
+        status = proc.exited.result() if proc.exited.done() else ExitStatus(None, None)
+        failure = self._judge_exit(status, err)
+        if failure is not None and failure.state == "not_applicable":
+            return failure
+        what = "stream ended" + (f" ({status.describe()})" if proc.exited.done() else "")
+        if good:
+            what += " after reporting"
+        return Outcome("crashed", _detail(what, err.text()), exit_code=status.code)

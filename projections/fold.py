@@ -1,0 +1,754 @@
+"""The pure fold: `state x event -> state` (`apply`) and `state x now -> state` (`expire`).
+
+No IO, no clock, no logging: time comes only from `Envelope.received_at` (the
+JetStream server timestamp) or the `now` passed to `expire`, so live
+projection and replay run this same code and agree byte for byte.  Bad input
+never raises: an event that cannot be applied comes back as
+`Changes.deadletter` (a reason) and leaves the state as it was, apart from
+`state.seq`.  Semantics are DESIGN §3-§5; the decisions where it is silent
+are written beside the code that makes them.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import math
+from collections.abc import Iterable
+from typing import Annotated, Any, Final
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from bus.subjects import CATALOG, DEADLETTER, EventAddress, parse_event_subject
+from projections.envelope import Envelope
+from projections.state import (
+    MAX_REJECTIONS,
+    Batch,
+    HeapEntry,
+    InventorySlot,
+    ProjectionState,
+    Record,
+    ReporterRecord,
+    Rule,
+)
+from projections.validation import (
+    FLOAT_MAX,
+    Rejected,
+    short,
+    validate_devices,
+    validate_value,
+)
+from schemas.catalog import Catalog, ResourceSpec
+from schemas.catalog_loader import catalog_from_wire
+from schemas.codec import decode_event
+from schemas.errors import CatalogError, PayloadError, SubjectError
+from schemas.events import Health, Inventory, Report
+
+
+class Changes(msgspec.Struct, frozen=True, kw_only=True):
+    """What one `apply` or `expire` changed, so the caller rewrites only those records."""
+
+    hosts: frozenset[str] = frozenset()
+    cluster: bool = False
+    catalog: bool = False
+    deadletter: str | None = None
+    """Why the event could not be applied (the caller dead-letters it), else None."""
+
+
+NO_CHANGES: Final = Changes()
+
+_NO_RULES: dict[str, Rule] = {}
+
+# Decoders built once; the lenient `decode_event` is only the fallback (NaN
+# literals, and a PayloadError that says why).
+_REPORT: Final = msgspec.json.Decoder(Report)
+_INVENTORY: Final = msgspec.json.Decoder(Inventory)
+_HEALTH: Final = msgspec.json.Decoder(Health)
+_ANY: Final = msgspec.json.Decoder()
+
+
+class _Acc:
+    """Collects changes during one call (one set, no per-change allocation)."""
+
+    __slots__ = ("at_seq", "at_time", "catalog", "cluster", "hosts")
+
+    def __init__(self, at_seq: int = 0, at_time: float = 0.0) -> None:
+        self.hosts: set[str] = set()
+        self.cluster = False
+        self.catalog = False
+        self.at_seq = at_seq
+        """`as_of` stamped on records an event changes (its own seq and time, but see pending)."""
+        self.at_time = at_time
+
+    def touch(self, host: str | None) -> None:
+        if host is None:
+            self.cluster = True
+        else:
+            self.hosts.add(host)
+
+    def result(self, deadletter: str | None = None) -> Changes:
+        if not self.hosts and not self.cluster and not self.catalog and deadletter is None:
+            return NO_CHANGES
+        return Changes(hosts=frozenset(self.hosts), cluster=self.cluster,
+                       catalog=self.catalog, deadletter=deadletter)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _address(subject: str) -> EventAddress | str:
+    """The parsed event subject, or why it is not one (cached: subjects repeat)."""
+    try:
+        return parse_event_subject(subject)
+    except SubjectError as exc:
+        return f"unknown subject: {exc.message}"
+
+
+# -- public API ---------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _host_changed(host: str) -> Changes:
+    return Changes(hosts=frozenset((host,)))
+
+
+_CLUSTER_CHANGED: Final = Changes(cluster=True)
+
+
+def apply(state: ProjectionState, env: Envelope) -> Changes:
+    """Apply one stored event; expiry up to its receive time runs first."""
+    t = env.received_at
+    heap = state.heap
+    acc = None
+    if heap and heap[0][0] <= t:
+        # Most due entries are of overwritten batches: drop them without further ado.
+        while heap and heap[0][0] <= t and (b := heap[0][4]) is not None and b.dead:
+            heapq.heappop(heap)
+        if heap and heap[0][0] <= t:
+            acc = _Acc(env.seq, t)
+            _expire(state, t, acc)
+    state.seq = env.seq
+    addr = _address(env.subject)
+    # The common case, kept cheap: an all-valid report, validated by one typed decode.
+    if type(addr) is EventAddress and addr[0] == "report" and _fast_report(state, env, addr):
+        host = addr[2]
+        if acc is None:
+            return _CLUSTER_CHANGED if host is None else _host_changed(host)
+        acc.touch(host)
+        return acc.result()
+    if acc is None:
+        acc = _Acc(env.seq, t)
+    reason = _apply(state, env, acc)
+    return acc.result(reason)
+
+
+def expire(state: ProjectionState, now: float) -> Changes:
+    """Turn every value, inventory and reporter whose deadline is `<= now` stale or silent."""
+    acc = _Acc()
+    _expire(state, now, acc)
+    return acc.result()
+
+
+def next_deadline(state: ProjectionState) -> float | None:
+    """When `expire` next has something to do (None: nothing pending)."""
+    heap = state.heap
+    # Drop entries whose report was entirely overwritten; they would do nothing.
+    while heap and heap[0][4] is not None and heap[0][4].dead:
+        heapq.heappop(heap)
+    return heap[0][0] if heap else None
+
+
+def fold(
+    envs: Iterable[Envelope], now: float | None = None, state: ProjectionState | None = None
+) -> ProjectionState:
+    """Apply `envs` in order to `state` (a new one by default), then expire at `now` if given."""
+    st = state if state is not None else ProjectionState()
+    for env in envs:
+        apply(st, env)
+    if now is not None:
+        expire(st, now)
+    return st
+
+
+# -- dispatch -----------------------------------------------------------------
+
+
+def _apply(state: ProjectionState, env: Envelope, acc: _Acc) -> str | None:
+    subject = env.subject
+    if subject == CATALOG:
+        return _apply_catalog(state, env, acc)
+    if subject == DEADLETTER:
+        return None  # the projector's own output, captured by CRR_EVENTS: nothing to fold
+    addr = _address(subject)
+    if isinstance(addr, str):
+        return addr
+    kind, reporter, host = addr
+    try:
+        event = _decode(kind, env.data)
+    except PayloadError as exc:
+        return exc.message
+    if event.reporter != reporter or event.host != host:
+        return (f"payload names reporter {short(event.reporter)!r} host "
+                f"{_show_host(event.host)} but the subject says reporter {short(reporter)!r} "
+                f"host {_show_host(host)}")
+    if state.catalog is None:
+        # Nothing can be validated yet: keep the latest per subject until a catalog arrives.
+        state.pending[subject] = env
+        return None
+    if type(event) is Report:
+        return _apply_report(state, event, host, env.received_at, acc, strict_scope=True)
+    if type(event) is Inventory:
+        _apply_inventory(state, event, host, env.received_at, acc)
+        return None
+    assert type(event) is Health
+    _apply_health(state, event, host, env.received_at, acc)
+    return None
+
+
+def _show_host(host: str | None) -> str:
+    return "(cluster)" if host is None else repr(short(host))
+
+
+def _decode(kind: str, data: bytes) -> Report | Inventory | Health:
+    dec: msgspec.json.Decoder[Any]
+    typ: type[Report | Inventory | Health]
+    if kind == "report":
+        dec, typ = _REPORT, Report
+    elif kind == "inventory":
+        dec, typ = _INVENTORY, Inventory
+    else:
+        dec, typ = _HEALTH, Health
+    try:
+        return dec.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return decode_event(data, typ)  # NaN literals, or a PayloadError saying why
+
+
+def _stamp(rec: Record, acc: _Acc) -> None:
+    rec.as_seq = acc.at_seq
+    rec.as_time = acc.at_time
+
+
+def _reporter(rec: Record, reporter: str, t: float) -> ReporterRecord:
+    rs = rec.reporters.get(reporter)
+    if rs is None:
+        rs = rec.reporters[reporter] = ReporterRecord(first_seen=t)
+    return rs
+
+
+def _push(state: ProjectionState, deadline: float, host: str | None, reporter: str,
+          batch: Batch | None) -> None:
+    state.counter += 1
+    heapq.heappush(state.heap, (deadline, state.counter, host, reporter, batch))
+
+
+# -- reports ------------------------------------------------------------------
+
+
+def _why_refused(catalog: Catalog, name: str, reporter: str, scope: str) -> str:
+    spec = catalog.resources.get(name)
+    if spec is None:
+        return f"{short(name)}: not a resource in the catalog"
+    if spec.reporter != reporter:
+        return f"{short(name)}: belongs to reporter {spec.reporter!r}, not {short(reporter)!r}"
+    return (f"{short(name)}: a {spec.scope}-scope resource cannot be reported on a "
+            f"{scope} subject")
+
+
+def _all_wrong_scope(catalog: Catalog, values: dict[str, Any], scope: str) -> bool:
+    return bool(values) and all(
+        (spec := catalog.resources.get(n)) is not None and spec.scope != scope for n in values
+    )
+
+
+_NO_REASONS: Final[list[str]] = []  # shared, never mutated (records replace, not append)
+
+
+def _fast_report(state: ProjectionState, env: Envelope, addr: EventAddress) -> bool:
+    """Apply a report whose every value is valid, validated in one typed decode; False if not.
+
+    False leaves the state untouched: the general path then decodes again and
+    sorts out, value by value, what is wrong (or dead-letters the event).
+    """
+    _, reporter, host = addr
+    key = (reporter, "cluster" if host is None else "host")
+    plan = state.fast.get(key)  # none before the first catalog
+    if plan is None:
+        return False
+    full_decoder, set_attrs, order, keyset, uniform, silent_life = plan
+    try:
+        report = full_decoder.decode(env.data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return _partial_report(state, env, reporter, host, key)
+    if report.reporter != reporter or report.host != host:
+        return False
+    vals = report.values
+    for attr in set_attrs:
+        v = getattr(vals, attr)
+        if v is not None:
+            setattr(vals, attr, sorted(set(v)))
+    t = env.received_at
+    batch = Batch(None, report.observed_at, t, keyset, vals, order)
+    rec = state.hosts.get(host) if host is not None else state.cluster
+    rs = rec.reporters.get(reporter) if rec is not None else None
+    if (rec is None or rs is None or uniform is None or rs.state != "ok" or rs.silent
+            or rs.rejected or len(rs.batches) != 1):
+        _store(state, state.record(host), reporter, host, batch, at=(env.seq, t), rejected=0,
+               reasons=_NO_REASONS)
+        return True
+    # Steady state: the reporter re-set everything it owns, and all is well.
+    batches = rs.batches
+    batches[0].dead = True
+    batches[0] = batch
+    deadline = t + uniform
+    silent_at = t + silent_life
+    counter = state.counter + 1
+    heapq.heappush(state.heap, (deadline, counter, host, reporter, batch))
+    if silent_at != deadline:
+        counter += 1
+        heapq.heappush(state.heap, (silent_at, counter, host, reporter, None))
+    state.counter = counter
+    rs.last_report_at = t
+    rec.as_seq = env.seq
+    rec.as_time = t
+    return True
+
+
+def _partial_report(
+    state: ProjectionState, env: Envelope, reporter: str, host: str | None, key: tuple[str, str]
+) -> bool:
+    """`_fast_report` for an all-valid report that sets only some of its reporter's resources."""
+    try:
+        report = state.decoders[key].decode(env.data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
+    if report.reporter != reporter or report.host != host:
+        return False
+    values: dict[str, Any] = msgspec.to_builtins(report.values)
+    for name in state.sets[key]:
+        v = values.get(name)
+        if v is not None:
+            values[name] = sorted(set(v))
+    t = env.received_at
+    batch = Batch(values, report.observed_at, t, values.keys())
+    _store(state, state.record(host), reporter, host, batch, at=(env.seq, t), rejected=0,
+           reasons=_NO_REASONS)
+    return True
+
+
+def _store(
+    state: ProjectionState, rec: Record, reporter: str, host: str | None, batch: Batch, *,
+    at: tuple[int, float], rejected: int, reasons: list[str],
+) -> None:
+    """Record an applied report: its accepted values (`batch`), the reporter's status, deadlines."""
+    received_at = batch.received_at
+    rs = rec.reporters.get(reporter)
+    if rs is None:
+        rs = rec.reporters[reporter] = ReporterRecord(first_seen=received_at)
+    life = state.reporter_life.get(reporter)
+    silent_at = received_at + (life if life is not None else state.lifetime_of_reporter(reporter))
+    heap = state.heap
+    names = batch.keyset
+    if names:
+        batches = rs.batches
+        if not batches:
+            batches.append(batch)
+        elif len(batches) == 1 and batches[0].keyset <= names:
+            batches[0].dead = True  # every value it set was just re-set
+            batches[0] = batch
+        else:
+            _drop_shadowed(batches, names)
+            batches.append(batch)
+        uniform = state.uniform_life.get((reporter, "cluster" if host is None else "host"))
+        deadlines: tuple[float, ...]
+        if uniform is not None:
+            deadlines = (received_at + uniform,)
+        else:
+            lifetimes = state.lifetimes
+            deadlines = tuple(sorted({received_at + lifetimes[n] for n in names}))
+        counter = state.counter
+        for d in deadlines:
+            counter += 1
+            heapq.heappush(heap, (d, counter, host, reporter, batch))
+        if silent_at not in deadlines:
+            # Silence is not tied to the batch (whose entries stop once its values are gone).
+            counter += 1
+            heapq.heappush(heap, (silent_at, counter, host, reporter, None))
+        state.counter = counter
+    else:
+        state.counter += 1
+        heapq.heappush(heap, (silent_at, state.counter, host, reporter, None))
+    rs.last_report_at = received_at
+    rs.rejected = rejected
+    rs.rejections = reasons
+    if rs.silent or rs.since is None or rejected or rs.state != "ok":
+        rs.silent = False
+        rs.restate(received_at)
+    rec.as_seq, rec.as_time = at
+
+
+def _drop_shadowed(batches: list[Batch], names: Any) -> None:
+    """Drop the batches whose every name `names` re-sets (they no longer hold a current value)."""
+    keep = []
+    for b in batches:
+        if b.keyset <= names:
+            b.dead = True
+        else:
+            keep.append(b)
+    if len(keep) > 8:  # many partial reports: drop what newer batches fully shadow
+        seen: set[str] = set(names)
+        compact: list[Batch] = []
+        for b in reversed(keep):
+            if b.keyset <= seen:
+                b.dead = True
+            else:
+                compact.append(b)
+                seen.update(b.keyset)
+        keep = compact[::-1]
+    batches[:] = keep
+
+
+def _apply_report(
+    state: ProjectionState, report: Report, host: str | None, received_at: float, acc: _Acc,
+    *, strict_scope: bool,
+) -> str | None:
+    """Apply a Report value by value (DESIGN §5); returns a dead-letter reason or None."""
+    reporter = report.reporter  # == the subject's (checked)
+    catalog = state.catalog
+    assert catalog is not None
+    scope = "cluster" if host is None else "host"
+    values = report.values
+    table = state.rules.get((reporter, scope), _NO_RULES)
+    if strict_scope and values:
+        first = next(iter(values))
+        if first not in table and _all_wrong_scope(catalog, values, scope):
+            return (f"every value is of a resource whose scope does not match this {scope} "
+                    f"subject ({', '.join(short(n) for n in list(values)[:5])})")
+    accepted: dict[str, Any] = {}
+    rejected = 0
+    reasons: list[str] = []
+    for name, v in values.items():
+        rule = table.get(name)
+        if rule is None:
+            rejected += 1
+            if len(reasons) < MAX_REJECTIONS:
+                reasons.append(_why_refused(catalog, name, reporter, scope))
+            continue
+        checked = validate_value(name, rule, v)
+        if isinstance(checked, Rejected):
+            rejected += 1
+            if len(reasons) < MAX_REJECTIONS:
+                reasons.append(checked.reason)
+            continue
+        accepted[name] = checked
+    batch = Batch(accepted, report.observed_at, received_at, accepted.keys())
+    _store(state, state.record(host), reporter, host, batch, at=(acc.at_seq, acc.at_time),
+           rejected=rejected, reasons=reasons)
+    acc.touch(host)
+    return None
+
+
+# -- inventory and health ------------------------------------------------------
+
+
+def _apply_inventory(
+    state: ProjectionState, inv: Inventory, host: str | None, received_at: float, acc: _Acc
+) -> None:
+    """Apply an Inventory: replaces the reporter's pool on that host unless it is malformed."""
+    reporter = inv.reporter
+    rec = state.record(host)
+    rs = _reporter(rec, reporter, received_at)
+    life = state.lifetime_of_reporter(reporter)
+    bad = validate_devices(inv.devices)
+    if bad is None:
+        rec.inventory[reporter] = InventorySlot(
+            pool=inv.pool, devices=inv.devices, observed_at=inv.observed_at,
+            received_at=received_at, expires_at=received_at + life)
+        rs.rejected, rs.rejections = 0, []
+    else:
+        rs.rejected, rs.rejections = 1, [bad.reason]  # the previous inventory stays
+    rs.last_report_at = received_at
+    rs.silent = False
+    rs.restate(received_at)
+    _push(state, received_at + life, host, reporter, None)
+    _stamp(rec, acc)
+    acc.touch(host)
+
+
+def _apply_health(
+    state: ProjectionState, health: Health, host: str | None, received_at: float, acc: _Acc
+) -> None:
+    """Apply a Health event: the runner's view of the reporter's lifecycle."""
+    reporter = health.reporter
+    rec = state.record(host)
+    new = reporter not in rec.reporters
+    rs = _reporter(rec, reporter, received_at)
+    rs.health = health.state
+    rs.detail = health.detail
+    rs.exit_code = health.exit_code
+    rs.boot = health.boot
+    rs.restate(received_at)
+    if new:
+        # A reporter seen only through Health turns silent if it never reports.
+        _push(state, received_at + state.lifetime_of_reporter(reporter), host, reporter, None)
+    _stamp(rec, acc)
+    acc.touch(host)
+
+
+# -- expiry -------------------------------------------------------------------
+
+
+def _expire(state: ProjectionState, now: float, acc: _Acc) -> None:
+    heap = state.heap
+    while heap and heap[0][0] <= now:
+        entry = heapq.heappop(heap)
+        batch = entry[4]
+        if batch is not None and batch.dead:
+            continue
+        _settle(state, entry[2], entry[3], acc, batch=batch, now=now)
+
+
+def _settle(state: ProjectionState, host: str | None, reporter: str, acc: _Acc, *,
+            batch: Batch | None, now: float) -> None:
+    """Mark what of (host, reporter) is due at `now`, each stamped with its own deadline.
+
+    Stamping with the deadline (never `now`) and taking the latest deadline
+    for `as_of` makes the result independent of when, and how often,
+    `expire` ran.
+    """
+    rec = state.hosts.get(host) if host is not None else state.cluster
+    if rec is None:
+        return
+    rs = rec.reporters.get(reporter)
+    latest: float | None = None
+    if batch is not None and rs is not None:
+        lifetimes = state.lifetimes
+        newer = rs.batches[rs.batches.index(batch) + 1:] if batch in rs.batches else []
+        stale = batch.stale
+        for name in batch.keyset:
+            if (stale and name in stale) or any(name in b.keyset for b in newer):
+                continue
+            exp = batch.received_at + lifetimes[name]
+            if exp <= now:
+                if stale is None:
+                    stale = batch.stale = {}
+                stale[name] = exp
+                if latest is None or exp > latest:
+                    latest = exp
+    inv = rec.inventory.get(reporter)
+    if inv is not None and not inv.stale and inv.expires_at <= now:
+        inv.stale = True
+        if latest is None or inv.expires_at > latest:
+            latest = inv.expires_at
+    if rs is not None and not rs.silent:
+        silent_at = rs.silence_start() + state.lifetime_of_reporter(reporter)
+        if silent_at <= now:
+            rs.silent = True
+            # Under a lifecycle health state silence is invisible: not a change then.
+            if rs.restate(silent_at) and (latest is None or silent_at > latest):
+                latest = silent_at
+    if latest is not None:
+        rec.as_seq = state.seq
+        rec.as_time = max(rec.as_time, latest)
+        acc.touch(host)
+
+
+# -- catalog ------------------------------------------------------------------
+
+
+def _value_type(spec: ResourceSpec) -> Any:
+    """A msgspec type accepting only values `validate_value` accepts unchanged (maybe fewer)."""
+    if spec.kind == "numeric":
+        lo = spec.min if spec.min is not None else -FLOAT_MAX
+        hi = spec.max if spec.max is not None else FLOAT_MAX
+        int_meta = Meta(ge=math.ceil(lo) if spec.min is not None else None,
+                        le=math.floor(hi) if spec.max is not None else None)
+        return (Annotated[int, int_meta] | Annotated[float, Meta(ge=lo, le=hi)]
+                | None | UnsetType)
+    if spec.kind == "boolean":
+        return bool | None | UnsetType
+    if spec.kind == "string":
+        return Annotated[str, Meta(max_length=spec.max_length)] | None | UnsetType
+    return Annotated[list[str], Meta(max_length=spec.max_items)] | None | UnsetType
+
+
+def _typed_decoder(reporter: str, names: list[str], catalog: Catalog, *, full: bool) -> Any:
+    """A Report decoder whose `values` accept only these resources, each only valid values.
+
+    `full`: every resource must be present (then the struct is stored as is).
+    """
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
+        (f"f{i}", _value_type(catalog.resources[n])) if full
+        else (f"f{i}", _value_type(catalog.resources[n]), UNSET)
+        for i, n in enumerate(names)
+    ]
+    values = msgspec.defstruct(
+        f"Values_{reporter}", fields, kw_only=True, forbid_unknown_fields=True, gc=False,
+        rename={f"f{i}": n for i, n in enumerate(names)},
+    )
+    report = msgspec.defstruct(
+        f"Report_{reporter}",
+        [("reporter", str), ("boot", str), ("seq", int), ("observed_at", str),
+         ("values", values), ("host", str | None, None)],
+        kw_only=True, frozen=True,
+    )
+    return msgspec.json.Decoder(report)
+
+
+def _compile(state: ProjectionState, catalog: Catalog) -> None:
+    rules: dict[tuple[str, str], dict[str, Rule]] = {}
+    for name, spec in catalog.resources.items():
+        rules.setdefault((spec.reporter, spec.scope), {})[name] = spec
+    state.rules = rules
+    state.lifetimes = {n: catalog.lifetime_of(n) for n in catalog.resources}
+    state.decoders = {}
+    state.fast = {}
+    state.sets = {}
+    state.uniform_life = {}
+    for key, table in rules.items():
+        names = sorted(table)
+        state.decoders[key] = _typed_decoder(key[0], names, catalog, full=False)
+        state.sets[key] = tuple(n for n in names if table[n].kind == "string_set")
+        lives = {state.lifetimes[n] for n in names}
+        if len(lives) == 1:
+            state.uniform_life[key] = lives.pop()
+    reporters = set(catalog.reporters) | {s.reporter for s in catalog.resources.values()}
+    state.reporter_life = {r: catalog.reporter_lifetime(r) for r in reporters}
+    for key, table in rules.items():
+        names = sorted(table)
+        state.fast[key] = (
+            _typed_decoder(key[0], names, catalog, full=True),
+            tuple(f"f{i}" for i, n in enumerate(names) if table[n].kind == "string_set"),
+            tuple(names),
+            frozenset(names),
+            state.uniform_life.get(key),
+            state.reporter_life[key[0]],
+        )
+
+
+def _apply_catalog(state: ProjectionState, env: Envelope, acc: _Acc) -> str | None:
+    try:
+        catalog = catalog_from_wire(_ANY.decode(env.data))
+    except msgspec.DecodeError as exc:
+        return f"catalog is not valid JSON: {exc}"
+    except CatalogError as exc:
+        return "invalid catalog (kept the previous one): " + "; ".join(exc.problems)
+    if catalog == state.catalog:
+        return None
+    first = state.catalog is None
+    old_lifetimes = state.lifetimes
+    state.catalog = catalog
+    _compile(state, catalog)
+    acc.catalog = True
+    t = env.received_at
+    if first:
+        # Apply what waited for a catalog, in stream order; the records change now.
+        pending = sorted(state.pending.values(), key=lambda e: e.seq)
+        state.pending.clear()
+        # Records touched here changed as of the catalog event: stamp them with it.
+        inner = _Acc(env.seq, t)
+        for p in pending:
+            if state.heap and state.heap[0][0] <= p.received_at:
+                _expire(state, p.received_at, inner)
+            _apply_pending(state, p, inner)
+        for host in inner.hosts:
+            _stamp(state.hosts[host], inner)
+        if inner.cluster:
+            _stamp(state.cluster, inner)
+        acc.hosts |= inner.hosts
+        acc.cluster = acc.cluster or inner.cluster
+    else:
+        for host, rec in state.hosts.items():
+            if _recatalog(state, catalog, rec, old_lifetimes, cluster=False):
+                _stamp(rec, acc)
+                acc.touch(host)
+        if _recatalog(state, catalog, state.cluster, old_lifetimes, cluster=True):
+            _stamp(state.cluster, acc)
+            acc.touch(None)
+        _rebuild_heap(state)
+    _expire(state, t, acc)
+    return None
+
+
+def _apply_pending(state: ProjectionState, env: Envelope, acc: _Acc) -> None:
+    """Apply an event held back for want of a catalog (its identity was already checked)."""
+    addr = _address(env.subject)
+    assert not isinstance(addr, str)
+    kind, _, host = addr
+    event = _decode(kind, env.data)
+    if type(event) is Report:
+        # Not dead-lettered now (Changes speaks for the catalog event): wrong-scope values
+        # are rejected one by one and show on the reporter instead.
+        _apply_report(state, event, host, env.received_at, acc, strict_scope=False)
+    elif type(event) is Inventory:
+        _apply_inventory(state, event, host, env.received_at, acc)
+    else:
+        assert type(event) is Health
+        _apply_health(state, event, host, env.received_at, acc)
+
+
+def _recatalog(
+    state: ProjectionState, catalog: Catalog, rec: Record, old_lifetimes: dict[str, float], *,
+    cluster: bool,
+) -> bool:
+    """Fit one record to a new catalog; True if anything in it changed.
+
+    A value is kept only while the catalog still declares its resource with
+    the same reporter and scope and the value still validates; a kept value's
+    `expires_at` follows the new lifetime (it is derived from its receive
+    time).  Stale values and silent reporters stay as they are until a new
+    report: staleness is a recorded fact, not re-derived.
+    """
+    scope = "cluster" if cluster else "host"
+    changed = False
+    for reporter, rs in rec.reporters.items():
+        for batch in rs.batches:
+            values = batch.materialise()
+            for name in list(values):
+                spec = catalog.resources.get(name)
+                if (spec is None or spec.reporter != reporter or spec.scope != scope
+                        or isinstance(validate_value(name, spec, values[name]), Rejected)):
+                    del values[name]
+                    if batch.stale:
+                        batch.stale.pop(name, None)
+                    changed = True
+                elif old_lifetimes.get(name) != state.lifetimes[name] and not (
+                        batch.stale and name in batch.stale):
+                    changed = True
+            if not values:
+                batch.dead = True
+        rs.batches = [b for b in rs.batches if not b.dead]
+    for reporter, inv in rec.inventory.items():
+        if not inv.stale:
+            exp = inv.received_at + state.lifetime_of_reporter(reporter)
+            if exp != inv.expires_at:
+                inv.expires_at = exp
+                changed = True
+    return changed
+
+
+def _rebuild_heap(state: ProjectionState) -> None:
+    """Recreate the deadline heap from the records (after a catalog change moved deadlines)."""
+    entries: list[HeapEntry] = []
+    records: list[tuple[str | None, Record]] = [(h, r) for h, r in sorted(state.hosts.items())]
+    records.append((None, state.cluster))
+    lifetimes = state.lifetimes
+    for host, rec in records:
+        for reporter in sorted(set(rec.inventory) | set(rec.reporters)):
+            rs = rec.reporters.get(reporter)
+            for batch in rs.batches if rs is not None else []:
+                stale = batch.stale or {}
+                due = {batch.received_at + lifetimes[n] for n in batch.keyset if n not in stale}
+                for d in sorted(due):
+                    state.counter += 1
+                    entries.append((d, state.counter, host, reporter, batch))
+            inv = rec.inventory.get(reporter)
+            other: set[float] = set()
+            if inv is not None and not inv.stale:
+                other.add(inv.expires_at)
+            if rs is not None and not rs.silent:
+                other.add(rs.silence_start() + state.lifetime_of_reporter(reporter))
+            for d in sorted(other):
+                state.counter += 1
+                entries.append((d, state.counter, host, reporter, None))
+    heapq.heapify(entries)
+    state.heap = entries

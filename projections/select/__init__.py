@@ -1,0 +1,14 @@
+"""The `select[]` language of DESIGN §6: parse, typecheck, evaluate (columnar) and explain.
+
+Pure: no IO, no clock; `now` is always an argument.
+
+    compiled = compile_select('scratch_free > 100 && datasets has "c4"', catalog)
+    compiled.select(table, now)            # sorted host names
+    explain(compiled, table, "node1", now).render()
+"""
+
+from projections.select.compiled import CompiledSelect, compile_select
+from projections.select.explain import Explanation, explain
+from schemas.errors import ExpressionError
+
+__all__ = ["CompiledSelect", "Explanation", "ExpressionError", "compile_select", "explain"]

@@ -1,0 +1,54 @@
+"""`compile_select`: parse, typecheck and package a `select[]` expression for evaluation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from projections.host_table import HostTable
+from projections.select import columnar, reference
+from projections.select.ast import Node, refs
+from projections.select.parser import parse
+from projections.select.typecheck import check
+from schemas.catalog import Catalog, Kind
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledSelect:
+    """A checked expression, ready to run over any `HostTable` at any `now`.
+
+    Evaluation follows the table's catalog: a resource that has since left
+    it (or changed kind) is treated as never reported; recompile after a
+    catalog change to get errors instead.
+    """
+
+    expression: str
+    tree: Node
+    catalog: Catalog
+    kinds: dict[str, Kind]
+    """Each resource the expression names, with its kind when compiled."""
+
+    @property
+    def resources(self) -> frozenset[str]:
+        """Names of the resources the expression uses."""
+        return frozenset(self.kinds)
+
+    def select(self, table: HostTable, now: float) -> list[str]:
+        """Sorted names of the hosts where the whole expression is TRUE at `now`."""
+        return columnar.select(self.tree, table, now)
+
+    def matches(self, table: HostTable, host: str, now: float) -> bool:
+        """Whether `host` would be in `select(table, now)`."""
+        return reference.matches(self.tree, table, host, now)
+
+
+def compile_select(expr: str, catalog: Catalog) -> CompiledSelect:
+    """Compile `expr` (bare or `select[...]`) against `catalog`.
+
+    Raises `schemas.errors.ExpressionError` with the column of the offending token.
+    """
+    tree = check(parse(expr), expr, catalog)
+    kinds: dict[str, Kind] = {}
+    for ref in refs(tree):
+        assert ref.ty is not None
+        kinds[ref.name] = ref.ty
+    return CompiledSelect(expression=expr, tree=tree, catalog=catalog, kinds=kinds)

@@ -1,0 +1,139 @@
+"""Tokens of the `select[]` language (DESIGN §6), with their offsets in the expression.
+
+Offsets are 0-based columns into the text the operator wrote (including any
+`select[` wrapper), so every error can point at its token.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, NoReturn
+
+from schemas.errors import ExpressionError
+
+TokenKind = Literal["num", "str", "ident", "op", "eof"]
+
+# Longest first, so `<=` wins over `<`.
+OPERATORS = (
+    "&&", "||", "==", "!=", "<=", ">=",
+    "<", ">", "!", "+", "-", "*", "/", "(", ")", "[", "]", ",",
+)
+_HINTS = {"&": "&&", "|": "||", "=": "=="}
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """One token: its kind, source text, span and (for literals) value."""
+
+    kind: TokenKind
+    text: str
+    start: int
+    end: int
+    value: float | str | None = None
+
+    def describe(self) -> str:
+        """How an error message names this token."""
+        if self.kind == "eof":
+            return "the end of the expression"
+        if self.kind == "str":
+            return f"string {self.text}"
+        if self.kind == "num":
+            return f"number {self.text}"
+        return f"'{self.text}'"
+
+
+def fail(message: str, expression: str, column: int) -> NoReturn:
+    """Raise the ExpressionError for `column` of `expression`."""
+    raise ExpressionError(message, expression=expression, column=column)
+
+
+def _is_ident_start(ch: str) -> bool:
+    return ch == "_" or ("a" <= ch <= "z") or ("A" <= ch <= "Z")
+
+
+def _is_ident(ch: str) -> bool:
+    return _is_ident_start(ch) or ("0" <= ch <= "9")
+
+
+def _is_digit(ch: str) -> bool:
+    return "0" <= ch <= "9"
+
+
+def tokenize(expression: str, start: int = 0, end: int | None = None) -> list[Token]:
+    """Tokens of `expression[start:end]`, ending with an `eof` token at `end`."""
+    stop = len(expression) if end is None else end
+    out: list[Token] = []
+    i = start
+    text = expression
+    while i < stop:
+        ch = text[i]
+        if ch.isspace():
+            i += 1
+        elif ch in "'\"":
+            out.append(_string(text, i, stop))
+            i = out[-1].end
+        elif _is_digit(ch) or (ch == "." and i + 1 < stop and _is_digit(text[i + 1])):
+            out.append(_number(text, i, stop))
+            i = out[-1].end
+        elif _is_ident_start(ch):
+            j = i + 1
+            while j < stop and _is_ident(text[j]):
+                j += 1
+            out.append(Token("ident", text[i:j], i, j))
+            i = j
+        else:
+            for op in OPERATORS:
+                if text.startswith(op, i) and i + len(op) <= stop:
+                    out.append(Token("op", op, i, i + len(op)))
+                    i += len(op)
+                    break
+            else:
+                hint = f"; did you mean '{_HINTS[ch]}'?" if ch in _HINTS else ""
+                fail(f"unexpected character '{ch}'{hint}", text, i)
+    out.append(Token("eof", "", stop, stop))
+    return out
+
+
+def _string(text: str, start: int, stop: int) -> Token:
+    quote = text[start]
+    chars: list[str] = []
+    i = start + 1
+    while i < stop:
+        ch = text[i]
+        if ch == "\\" and i + 1 < stop:
+            chars.append(text[i + 1])
+            i += 2
+        elif ch == quote:
+            return Token("str", text[start:i + 1], start, i + 1, "".join(chars))
+        else:
+            chars.append(ch)
+            i += 1
+    fail(f"unterminated string: no closing {quote}", text, start)
+
+
+def _number(text: str, start: int, stop: int) -> Token:
+    i = start
+    while i < stop and _is_digit(text[i]):
+        i += 1
+    if i < stop and text[i] == ".":
+        i += 1
+        while i < stop and _is_digit(text[i]):
+            i += 1
+    if i < stop and text[i] in "eE":
+        j = i + 1
+        if j < stop and text[j] in "+-":
+            j += 1
+        if j < stop and _is_digit(text[j]):
+            i = j
+            while i < stop and _is_digit(text[i]):
+                i += 1
+    if i < stop and (_is_ident(text[i]) or text[i] == "."):
+        j = i
+        while j < stop and (_is_ident(text[j]) or text[j] == "."):
+            j += 1
+        fail(f"invalid number '{text[start:j]}'", text, start)
+    value = float(text[start:i])
+    if not math.isfinite(value):
+        fail(f"number out of range: {text[start:i]}", text, start)
+    return Token("num", text[start:i], start, i, value)

@@ -1,0 +1,141 @@
+"""Value and inventory validation against the catalog (DESIGN §4, §5).
+
+A reported value is checked against its resource's kind and bounds and
+turned into its canonical form (a string set is sorted and de-duplicated, so
+equal sets encode to equal bytes).  `None` is always valid: the reporter
+says it cannot tell, and the value becomes `unknown`.  A failure is a
+`Rejected` carrying a one-line reason that names the resource; the fold
+records it on the reporter and keeps the previous value.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+from schemas.catalog import ResourceSpec
+from schemas.events import Device
+
+MAX_NAME_IN_REASON: Final = 64
+"""Names quoted in a reason are cut to this length (a hostile report can't bloat the snapshot)."""
+
+FLOAT_MAX: Final = 1.7976931348623157e308
+
+
+class Rejected:
+    """Why a value or an inventory was refused."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"Rejected({self.reason!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Rejected) and other.reason == self.reason
+
+    def __hash__(self) -> int:
+        return hash(self.reason)
+
+
+def short(name: str) -> str:
+    """`name`, cut for quoting in a reason."""
+    if len(name) <= MAX_NAME_IN_REASON:
+        return name
+    return name[:MAX_NAME_IN_REASON] + f"…({len(name)} chars)"
+
+
+def describe(value: Any) -> str:
+    """A short description of a bad value for a reason (never the whole value)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return f"{value:g}"
+    if isinstance(value, int):
+        return str(value) if abs(value) < 10**30 else f"an integer of {len(str(value))} digits"
+    if isinstance(value, str):
+        return f"a string of {len(value)} characters" if len(value) > 32 else repr(value)
+    if isinstance(value, list):
+        return f"a list of {len(value)} items"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def validate_value(name: str, spec: ResourceSpec, value: Any) -> Any:
+    """The canonical form of `value` for resource `name`, or a `Rejected` saying why.
+
+    numeric: a finite int or float (never a bool) within `min`/`max`;
+    boolean: a bool; string: a str of at most `max_length` characters;
+    string_set: a list of str with at most `max_items` distinct members,
+    returned sorted and de-duplicated.  `None` is valid (unknown).
+    """
+    if value is None:
+        return None
+    kind = spec.kind
+    if kind == "numeric":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return Rejected(f"{short(name)}: expected a finite number, got {describe(value)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            return Rejected(f"{short(name)}: expected a finite number, got {describe(value)}")
+        if isinstance(value, int) and not -FLOAT_MAX <= value <= FLOAT_MAX:
+            return Rejected(f"{short(name)}: number out of range, got {describe(value)}")
+        if spec.min is not None and value < spec.min:
+            return Rejected(f"{short(name)}: {describe(value)} is below the minimum {spec.min:g}")
+        if spec.max is not None and value > spec.max:
+            return Rejected(f"{short(name)}: {describe(value)} is above the maximum {spec.max:g}")
+        return value
+    if kind == "boolean":
+        if isinstance(value, bool):
+            return value
+        return Rejected(f"{short(name)}: expected true or false, got {describe(value)}")
+    if kind == "string":
+        if not isinstance(value, str):
+            return Rejected(f"{short(name)}: expected a string, got {describe(value)}")
+        if len(value) > spec.max_length:
+            return Rejected(f"{short(name)}: string of {len(value)} characters exceeds "
+                            f"max_length {spec.max_length}")
+        return value
+    # string_set
+    if not isinstance(value, list):
+        return Rejected(f"{short(name)}: expected a list of strings, got {describe(value)}")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            return Rejected(f"{short(name)}: expected a list of strings, item {i} is "
+                            f"{describe(item)}")
+    members = sorted(set(value))
+    if len(members) > spec.max_items:
+        return Rejected(f"{short(name)}: {len(members)} members exceed max_items {spec.max_items}")
+    return members
+
+
+def validate_devices(devices: list[Device]) -> Rejected | None:
+    """None if an inventory's devices are well-formed, else why not.
+
+    Each attribute has exactly one of `int`, `bool`, `string`, `version`;
+    device names are non-empty and unique within the pool.
+    """
+    seen: set[str] = set()
+    for i, dev in enumerate(devices):
+        if not dev.name:
+            return Rejected(f"inventory: device {i} has an empty name")
+        if dev.name in seen:
+            return Rejected(f"inventory: duplicate device name {short(dev.name)!r}")
+        seen.add(dev.name)
+        for attr_name, attr in dev.attributes.items():
+            n = ((attr.int is not None) + (attr.bool is not None) + (attr.string is not None)
+                 + (attr.version is not None))
+            if n != 1:
+                return Rejected(
+                    f"inventory: device {short(dev.name)!r} attribute {short(attr_name)!r} "
+                    f"must have exactly one of int, bool, string, version (has {n})"
+                )
+    return None

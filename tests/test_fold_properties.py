@@ -1,0 +1,159 @@
+"""Properties of the fold: split-invariance, monotonic expiry, tick-independence (hypothesis)."""
+
+from __future__ import annotations
+
+from typing import Any
+from unittest import mock
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import projections.fold
+import projections.state
+from bus.subjects import event_subject
+from projections.envelope import Envelope
+from projections.fold import apply, expire, fold
+from projections.state import ProjectionState, cluster_snapshot
+from schemas.catalog_loader import load_catalog_text
+from schemas.codec import encode
+from tests.fold_support import (
+    CATALOG_OBJ,
+    CATALOG_YAML,
+    T0,
+    catalog_env,
+    encoded_hosts,
+    health_env,
+    inventory_env,
+    raw_env,
+    report_env,
+)
+
+CATALOG_B = load_catalog_text(
+    CATALOG_YAML.replace("interval: 20s, max_items: 3", "interval: 5s, max_items: 3")
+    .replace("  scratch_total: {kind: numeric, scope: host, reporter: scratch, interval: 10s}\n",
+             "")
+)
+"""A second catalog: datasets lives shorter, scratch_total is gone."""
+
+HOSTS = ["n1", "n2", "n3"]
+VALUES: dict[str, list[Any]] = {
+    "scratch_free": [0, 1.5, 812.5, -1, None, "x", True],
+    "scratch_total": [10, 2000.25, None],
+    "site_ok": [True, False, None, 1],
+    "site_state": ["up", "draining", "way too long", None],
+    "datasets": [["c4"], ["imagenet", "c4", "c4"], [], ["a", "b", "c", "d"], None],
+    "matlab_free": [3, None],
+    "bogus": [1],
+}
+OWNER = {"scratch_free": "scratch", "scratch_total": "scratch", "site_ok": "site",
+         "site_state": "site", "datasets": "datasets", "matlab_free": "flexlm", "bogus": "site"}
+
+
+@st.composite
+def events(draw: st.DrawFn) -> list[Envelope]:
+    """A stream: a catalog first (mostly), then reports, health, inventory, garbage, catalogs."""
+    out: list[Envelope] = []
+    t = T0
+    if draw(st.integers(0, 4)):  # mostly; else the events wait for a later catalog
+        out.append(catalog_env(1, t))
+    n = draw(st.integers(min_value=1, max_value=25))
+    for i in range(n):
+        t += draw(st.sampled_from([0.0, 0.5, 3.0, 7.5, 15.0, 40.0]))
+        seq = len(out) + 1
+        kind = draw(st.sampled_from(["report"] * 6 + ["health", "inventory", "garbage",
+                                                      "catalog"]))
+        host = draw(st.sampled_from(HOSTS))
+        if kind == "report":
+            names = draw(st.lists(st.sampled_from(sorted(VALUES)), min_size=0, max_size=4,
+                                  unique=True))
+            reporter = draw(st.sampled_from(["scratch", "site", "datasets", "flexlm"]))
+            if names:
+                reporter = draw(st.sampled_from([OWNER[names[0]], reporter]))
+            values = {nm: draw(st.sampled_from(VALUES[nm])) for nm in names}
+            where = None if reporter == "flexlm" and draw(st.booleans()) else host
+            out.append(report_env(seq, t, reporter, where, values))
+        elif kind == "health":
+            out.append(health_env(seq, t, draw(st.sampled_from(["scratch", "site"])), host,
+                                  draw(st.sampled_from(["ok", "failed", "stopped"]))))
+        elif kind == "inventory":
+            attr = draw(st.sampled_from([{"int": 80}, {"string": "H100"}, {}]))
+            out.append(inventory_env(seq, t, "gpus", host,
+                                     [{"name": "gpu0", "attributes": {"a": attr}}],
+                                     generation=i))
+        elif kind == "garbage":
+            out.append(raw_env(seq, t, event_subject("report", "scratch", host), b"{oops"))
+        else:
+            out.append(catalog_env(seq, t, draw(st.sampled_from([CATALOG_OBJ, CATALOG_B]))))
+    return out
+
+
+def snapshot_bytes(state: ProjectionState) -> tuple[dict[str, bytes], bytes]:
+    """Everything a reader could see, encoded."""
+    return encoded_hosts(state), encode(cluster_snapshot(state))
+
+
+def stale_set(state: ProjectionState) -> set[tuple[str, str]]:
+    """(host, resource) pairs whose value is stale."""
+    out = set()
+    for h in state.hosts:
+        for name, v in projections.state.host_snapshot(state, h).values.items():
+            if v.state == "stale":
+                out.add((h, name))
+    return out
+
+
+SETTINGS = settings(max_examples=60, deadline=None)
+
+
+@SETTINGS
+@given(evs=events(), cut=st.integers(min_value=0, max_value=30), extra=st.floats(0, 100))
+def test_concatenation_equals_two_steps(evs: list[Envelope], cut: int, extra: float) -> None:
+    """fold(a + b) encodes byte-identically to fold(b) over fold(a)."""
+    now = evs[-1].received_at + extra
+    whole = fold(evs, now=now)
+    split = fold(evs[cut:], now=now, state=fold(evs[:cut]))
+    assert snapshot_bytes(whole) == snapshot_bytes(split)
+
+
+@SETTINGS
+@given(evs=events(), data=st.data())
+def test_intermediate_expiry_does_not_change_result(evs: list[Envelope], data: Any) -> None:
+    """expire at arbitrary non-decreasing times between events leaves the final snapshot alone."""
+    now = evs[-1].received_at + data.draw(st.floats(0, 100))
+    reference = fold(evs, now=now)
+    state = ProjectionState()
+    last = T0
+    for env in evs:
+        for _ in range(data.draw(st.integers(0, 2))):
+            last = data.draw(st.floats(last, max(last, env.received_at)))
+            expire(state, last)
+        apply(state, env)
+        last = max(last, env.received_at)
+    expire(state, now)
+    assert snapshot_bytes(state) == snapshot_bytes(reference)
+
+
+@SETTINGS
+@given(evs=events(), steps=st.lists(st.floats(0, 60), min_size=1, max_size=6))
+def test_expiry_is_monotonic(evs: list[Envelope], steps: list[float]) -> None:
+    """Without new events the set of stale values only grows, and stale stays stale."""
+    state = fold(evs)
+    now = evs[-1].received_at
+    seen = stale_set(state)
+    for step in steps:
+        now += step
+        expire(state, now)
+        current = stale_set(state)
+        assert seen <= current
+        seen = current
+
+
+@SETTINGS
+@given(evs=events(), extra=st.floats(0, 100))
+def test_fast_path_agrees_with_value_by_value_path(evs: list[Envelope], extra: float) -> None:
+    """The typed-decode fast path gives the same bytes as checking each value on its own."""
+    now = evs[-1].received_at + extra
+    fast = fold(evs, now=now)
+    with mock.patch.object(projections.fold, "_fast_report", return_value=False):
+        slow = fold(evs, now=now)
+    assert snapshot_bytes(fast) == snapshot_bytes(slow)

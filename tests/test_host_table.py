@@ -1,0 +1,285 @@
+"""HostTable: the columnar cached snapshot the scheduler evaluates select[] over."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from projections.host_table import (
+    ABSENT,
+    FRESH,
+    MAX_MEMBER_COLUMNS,
+    NULL,
+    STALE,
+    HostTable,
+    expires_seconds,
+    freshness_at,
+    normalize,
+)
+from schemas.catalog import Catalog
+from schemas.timestamps import format_time, parse_time
+from tests.test_select_support import (
+    CATALOG,
+    NOW,
+    Expired,
+    cluster_snapshot,
+    host_snapshot,
+    make_table,
+)
+from tests.test_select_support import NULL as NULL_VALUE
+from tests.test_select_support import STALE as STALE_VALUE
+
+
+def test_empty_table() -> None:
+    """A new table has no hosts, no cluster snapshot and answers get() with None."""
+    table = HostTable(CATALOG)
+    assert len(table) == 0
+    assert table.hosts() == []
+    assert table.get("n1") is None
+    assert table.cluster() is None
+
+
+def test_upsert_get_hosts_sorted() -> None:
+    """Upserted hosts come back sorted, and get() returns the stored snapshot."""
+    table = HostTable(CATALOG)
+    snaps = {h: host_snapshot(h, {"free": float(i)}) for i, h in enumerate(["b", "c", "a"])}
+    for snap in snaps.values():
+        table.upsert(snap)
+    assert table.hosts() == ["a", "b", "c"]
+    assert len(table) == 3
+    assert table.get("c") is snaps["c"]
+    assert "a" in table
+
+
+def test_upsert_replaces_and_clears_omitted_values() -> None:
+    """A second upsert of a host replaces its values; values it omits become never reported."""
+    table = make_table({"n1": {"free": 10.0, "os": "rhel9"}})
+    table.upsert(host_snapshot("n1", {"free": 20.0}))
+    col = table.column("free")
+    os_col = table.column("os")
+    assert col is not None
+    assert os_col is not None
+    row = table.row_of("n1")
+    assert row is not None
+    assert col.values[row] == 20.0
+    assert os_col.state[row] == ABSENT
+    assert len(table) == 1
+
+
+def test_remove_frees_and_reuses_rows() -> None:
+    """remove() forgets a host; its row is reused by the next new host with clean columns."""
+    table = make_table({"n1": {"free": 1.0, "tags": ["x"]}, "n2": {"free": 2.0}})
+    table.column("tags").member("x")  # type: ignore[union-attr]
+    row = table.row_of("n1")
+    table.remove("n1")
+    table.remove("missing")
+    assert table.hosts() == ["n2"]
+    assert table.get("n1") is None
+    table.upsert(host_snapshot("n3", {}))
+    assert table.row_of("n3") == row
+    tags = table.column("tags")
+    assert tags is not None
+    assert row is not None
+    assert not tags.member("x")[row]
+    assert tags.state[row] == ABSENT
+
+
+def test_growth_keeps_values() -> None:
+    """Growing past the initial capacity keeps every value and member column."""
+    table = HostTable(CATALOG)
+    table.upsert(host_snapshot("h0000", {"tags": ["x"]}))
+    tags = table.column("tags")
+    assert tags is not None
+    tags.member("x")
+    for i in range(1, 300):
+        table.upsert(host_snapshot(f"h{i:04d}", {"free": float(i), "tags": ["x"] if i % 2 else []}))
+    assert len(table) == 300
+    assert table.capacity >= 300
+    free = table.column("free")
+    assert free is not None
+    rows = table.sorted_rows()
+    assert list(free.values[rows][1:4]) == [1.0, 2.0, 3.0]
+    member = tags.member("x")[rows]
+    assert member[0]
+    assert list(member[1:5]) == [True, False, True, False]
+
+
+def test_state_codes() -> None:
+    """Fresh, null, stale, wrong-kind and never-reported values get their state codes."""
+    table = make_table({
+        "n1": {"free": 1.0, "ok": NULL_VALUE, "os": STALE_VALUE, "total": "not a number"},
+    })
+    row = table.row_of("n1")
+    assert row is not None
+    codes = {n: int(table.column(n).state[row])  # type: ignore[union-attr]
+             for n in ("free", "ok", "os", "total", "load")}
+    assert codes == {"free": FRESH, "ok": NULL, "os": STALE, "total": NULL, "load": ABSENT}
+
+
+def test_expiry_at_now_is_stale() -> None:
+    """A value whose expires_at ≤ now is stale even if the snapshot says fresh."""
+    table = make_table({"n1": {"free": Expired(5.0), "load": 1.0}})
+    free = table.column("free")
+    load = table.column("load")
+    assert free is not None
+    assert load is not None
+    row = table.row_of("n1")
+    assert row is not None
+    assert not free.known(NOW)[row]
+    assert free.stale(NOW)[row]
+    assert load.known(NOW)[row]
+    assert not load.known(NOW + 44)[row]  # expires_at == now counts as expired
+
+
+def test_freshness_at() -> None:
+    """freshness_at follows the documented rule."""
+    assert freshness_at(ABSENT, math.inf, NOW) == "never_reported"
+    assert freshness_at(FRESH, NOW + 1, NOW) == "fresh"
+    assert freshness_at(FRESH, NOW, NOW) == "stale"
+    assert freshness_at(NULL, NOW + 1, NOW) == "unknown"
+    assert freshness_at(NULL, NOW - 1, NOW) == "stale"
+    assert freshness_at(STALE, NOW + 1, NOW) == "stale"
+
+
+def test_cluster_values() -> None:
+    """Cluster-scope values come from the ClusterSnapshot, not from host snapshots."""
+    table = make_table({"n1": {"lic": 99.0}}, cluster={"lic": 3.0, "site_up": NULL_VALUE})
+    assert table.column("lic") is None
+    lic = table.cluster_value("lic")
+    assert lic is not None
+    assert lic.value == 3.0
+    assert lic.known(NOW)
+    site = table.cluster_value("site_up")
+    assert site is not None
+    assert not site.known(NOW)
+    assert table.cluster_value("region") is None
+    assert table.cluster() is not None
+
+
+def test_set_catalog_rebuilds_columns() -> None:
+    """set_catalog rebuilds columns from the stored snapshots; dropped resources vanish."""
+    table = make_table({"n1": {"free": 1.0, "os": "a"}}, cluster={"lic": 2.0})
+    smaller = Catalog(resources={"os": CATALOG.resources["os"]}, reporters=CATALOG.reporters)
+    table.set_catalog(smaller)
+    assert table.column("free") is None
+    assert table.cluster_value("lic") is None
+    table.set_catalog(CATALOG)
+    free = table.column("free")
+    assert free is not None
+    assert free.values[table.row_of("n1")] == 1.0
+    assert table.cluster_value("lic") is not None
+
+
+def test_table_without_catalog_keeps_snapshots() -> None:
+    """A table without a catalog stores snapshots; columns appear once a catalog is set."""
+    table = HostTable()
+    table.upsert(host_snapshot("n1", {"free": 1.0}))
+    assert table.column("free") is None
+    table.set_catalog(CATALOG)
+    assert table.column("free") is not None
+
+
+def test_member_columns_follow_upserts() -> None:
+    """A member column is maintained by upserts that change the set, including to stale."""
+    table = make_table({"n1": {"tags": ["a", "b"]}, "n2": {"tags": []}})
+    tags = table.column("tags")
+    assert tags is not None
+    r1, r2 = table.row_of("n1"), table.row_of("n2")
+    assert r1 is not None
+    assert r2 is not None
+    a = tags.member("a")
+    assert a[r1]
+    assert not a[r2]
+    table.upsert(host_snapshot("n2", {"tags": ["a"]}))
+    table.upsert(host_snapshot("n1", {"tags": STALE_VALUE}))
+    a = tags.member("a")
+    assert not a[r1]
+    assert a[r2]
+    assert tags.values[r2] == 1.0
+
+
+def test_member_columns_are_bounded() -> None:
+    """At most MAX_MEMBER_COLUMNS member columns are kept per resource."""
+    table = make_table({"n1": {"tags": ["m0"]}})
+    tags = table.column("tags")
+    assert tags is not None
+    for i in range(MAX_MEMBER_COLUMNS + 10):
+        tags.member(f"m{i}")
+    assert len(tags.members) == MAX_MEMBER_COLUMNS
+    assert tags.member("m0")[table.row_of("n1")]
+
+
+def test_string_codes_are_shared() -> None:
+    """All string columns code into one pool, so equal strings have equal codes."""
+    table = make_table({"n1": {"os": "x", "arch": "x"}, "n2": {"os": "y"}})
+    os_col, arch = table.column("os"), table.column("arch")
+    assert os_col is not None
+    assert arch is not None
+    r1 = table.row_of("n1")
+    assert r1 is not None
+    assert os_col.values[r1] == arch.values[r1] == table.code_of("x")
+    assert table.code_of("never") == -2
+    ranks = table.ranks()
+    assert ranks[table.code_of("x")] < ranks[table.code_of("y")]
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "expected"),
+    [
+        ("numeric", 3, 3.0),
+        ("numeric", True, None),
+        ("numeric", float("nan"), None),
+        ("numeric", 10**400, None),
+        ("numeric", "3", None),
+        ("boolean", True, True),
+        ("boolean", 1, None),
+        ("string", "x", "x"),
+        ("string", 1, None),
+        ("string_set", ["a", "a"], frozenset({"a"})),
+        ("string_set", [], frozenset()),
+        ("string_set", ["a", 1], None),
+        ("string_set", "a", None),
+        ("numeric", None, None),
+    ],
+)
+def test_normalize(kind: str, value: object, expected: object) -> None:
+    """normalize returns the select[] value of a kind, or None for null/wrong kind."""
+    assert normalize(kind, value) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "t",
+    [0.0, 1.0, 951782400.5, 1_800_000_000.123, 4102444800.999, 1709164800.0, 1582934400.25],
+)
+def test_expires_fast_path_matches_parse_time(t: float) -> None:
+    """The fast timestamp parser agrees with schemas.timestamps.parse_time."""
+    text = format_time(t)
+    assert expires_seconds(text) == parse_time(text)
+
+
+def test_expires_other_forms() -> None:
+    """Non-canonical timestamps go through parse_time; garbage counts as already expired."""
+    assert expires_seconds("2026-12-02T14:00:00+01:00") == parse_time("2026-12-02T13:00:00Z")
+    assert expires_seconds("garbage") == -math.inf
+
+
+def test_upsert_cost_is_per_value() -> None:
+    """Re-upserting an unchanged set does not touch member columns (diff-only maintenance)."""
+    table = make_table({"n1": {"tags": ["a"]}})
+    tags = table.column("tags")
+    assert tags is not None
+    col = tags.member("a")
+    col[table.row_of("n1")] = False  # poison: an unchanged set must leave it alone
+    table.upsert(host_snapshot("n1", {"tags": ["a"]}))
+    assert not col[table.row_of("n1")]
+    assert isinstance(col, np.ndarray)
+
+
+def test_cluster_snapshot_replaced() -> None:
+    """set_cluster replaces all cluster values."""
+    table = make_table({}, cluster={"lic": 1.0})
+    table.set_cluster(cluster_snapshot({"site_up": True}))
+    assert table.cluster_value("lic") is None
+    assert table.cluster_value("site_up") is not None
