@@ -18,6 +18,9 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 
+import nats.errors
+import nats.js.errors
+
 import ops.commands
 from schemas.errors import CatalogError, CrrError, ExpressionError
 
@@ -80,8 +83,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CrrError as exc:
         print(f"crr {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 1
-    except OSError as exc:
-        print(f"crr {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+    except (OSError, nats.errors.Error, nats.js.errors.Error) as exc:
+        what = _one_line(exc)
+        if isinstance(exc, nats.errors.MaxPayloadError):
+            what = "message larger than the server's max_payload (1 MiB by default): " + what
+        print(f"crr {args.command}: error: {what}", file=sys.stderr)
         return 1
     return code
 

@@ -239,9 +239,12 @@ class Projector:
                 now = time.time()
                 self._dirty.merge(expire(self.state, now))
                 try:
-                    if self._dirty or self._deadletters:
+                    wrote = bool(self._dirty or self._deadletters)
+                    if wrote:
                         await self._flush()
-                    if now >= next_status:
+                    # Status after every flush, so readers of CRR_SNAPSHOT learn the
+                    # position right behind the records it covers (stream order).
+                    if wrote or now >= next_status:
                         await self._write_status()
                         next_status = now + self._status_interval
                     failures = 0

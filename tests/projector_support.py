@@ -1,0 +1,81 @@
+"""Helpers for tests that run a real Projector against a real nats-server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from nats.aio.client import Client
+
+from bus.subjects import CATALOG, event_subject, host_snapshot_subject
+from ops.projector import Projector
+from schemas.catalog import Catalog
+from schemas.catalog_loader import load_catalog_text
+from schemas.codec import decode, encode
+from schemas.snapshot import HostSnapshot
+
+FAST_CATALOG_YAML = """
+version: 1
+resources:
+  scratch_free: {kind: numeric, scope: host, reporter: scratch, interval: 60s, min: 0}
+  datasets:     {kind: string_set, scope: host, reporter: datasets, interval: 60s}
+  blink:        {kind: numeric, scope: host, reporter: blinker, interval: 200ms}
+  matlab_free:  {kind: numeric, scope: cluster, reporter: flexlm, interval: 60s}
+reporters:
+  scratch:  {type: script, command: [scratch.sh], interval: 60s}
+  datasets: {type: script, command: [datasets.py], interval: 60s}
+  blinker:  {type: script, command: [blink.sh], interval: 200ms}
+  flexlm:   {type: external, interval: 60s}
+"""
+FAST_CATALOG: Catalog = load_catalog_text(FAST_CATALOG_YAML)
+
+
+async def publish_catalog(nc: Client, catalog: Catalog = FAST_CATALOG) -> int:
+    """Publish a catalog event; returns its CRR_EVENTS sequence."""
+    ack = await nc.jetstream().publish(CATALOG, encode(catalog))
+    return int(ack.seq)
+
+
+async def publish_report(
+    nc: Client, reporter: str, host: str | None, values: dict[str, Any], *, seq: int = 1,
+    boot: str = "b1", raw: bytes | None = None,
+) -> int:
+    """Publish a Report (or `raw` bytes) on the reporter's subject; returns the stream seq."""
+    body = raw if raw is not None else json.dumps({
+        "reporter": reporter, "host": host, "boot": boot, "seq": seq,
+        "observed_at": "2026-12-02T14:00:00.000Z", "values": values}).encode()
+    ack = await nc.jetstream().publish(
+        event_subject("report", reporter, host), body,
+        headers={"Nats-Msg-Id": f"{reporter}/{host or '_cluster'}/{boot}/{seq}"})
+    return int(ack.seq)
+
+
+async def stored_host(nc: Client, host: str) -> tuple[int, HostSnapshot]:
+    """(CRR_SNAPSHOT seq, decoded record) of a host as the stream holds it now."""
+    msg = await nc.jetstream().get_last_msg("CRR_SNAPSHOT", host_snapshot_subject(host))
+    assert msg.data is not None
+    return int(msg.seq), decode(msg.data, HostSnapshot)
+
+
+@asynccontextmanager
+async def running_projector(nc: Client) -> AsyncIterator[Projector]:
+    """A Projector running as a task until the block ends; ready on entry."""
+    stop = asyncio.Event()
+    projector = Projector(nc, status_interval=0.5)
+    task = asyncio.create_task(projector.run(stop))
+    ready = asyncio.create_task(projector.ready.wait())
+    done, _ = await asyncio.wait({task, ready}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        ready.cancel()
+        task.result()  # re-raise why it stopped
+    assert ready in done, "projector not ready in time"
+    try:
+        yield projector
+    finally:
+        stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)

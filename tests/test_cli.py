@@ -1,0 +1,89 @@
+"""The `crr` CLI: one-line errors, exit codes, and the core commands against a real server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bus.server import NatsServer
+from ops.cli import main
+from tests.projector_support import FAST_CATALOG_YAML, running_projector
+
+
+def test_unknown_argument_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown option fails with exit 2 and one line naming it."""
+    with pytest.raises(SystemExit) as exc:
+        main(["hosts", "--bogus"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "--bogus" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_server_down_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """A server that is down gives exit 1 and a line naming the URL, no traceback."""
+    code = main(["hosts", "--server", "nats://127.0.0.1:1"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "cannot reach NATS at nats://127.0.0.1:1" in err
+    assert "Traceback" not in err
+
+
+def test_bad_catalog_lists_every_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`crr catalog apply` on a bad file lists every problem with its path, exit 1."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nresources:\n  x: {kind: nope, reporter: r}\n"
+                   "  y: {kind: numeric, reporter: missing, interval: 3q}\n"
+                   "reporters:\n  r: {type: script}\n")
+    code = main(["catalog", "apply", str(bad), "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 1
+    for needle in ("resources.x.kind", "resources.y.interval", "resources.y.reporter",
+                   "reporters.r.command"):
+        assert needle in err
+
+
+def test_catalog_apply_report_hosts(
+    nats_server: NatsServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """apply → report → hosts --json round trip through a real projector."""
+    import asyncio
+
+    from bus.connection import connect
+
+    cat = tmp_path / "resources.yaml"
+    cat.write_text(FAST_CATALOG_YAML)
+    url = nats_server.url
+    assert main(["catalog", "apply", str(cat), "--server", url]) == 0
+
+    async def project_until(seq: int) -> None:
+        async with connect(url) as nc, running_projector(nc) as p:
+            await p.wait_until(seq)
+
+    assert main(["report", "--reporter", "scratch", "--host", "n1", "scratch_free=812.5",
+                 "--server", url]) == 0
+    out = capsys.readouterr().out
+    seq = int(out.rsplit("seq ", 1)[1].rstrip(")\n"))
+    asyncio.run(project_until(seq))
+    assert main(["hosts", "--json", "--server", url]) == 0
+    hosts = json.loads(capsys.readouterr().out)
+    assert [h["host"] for h in hosts] == ["n1"]
+    assert hosts[0]["values"]["scratch_free"]["value"] == 812.5
+    assert main(["catalog", "show", "--json", "--server", url]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert "scratch_free" in shown["resources"]
+
+
+def test_huge_report_is_a_clear_error(
+    nats_server: NatsServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 10 MB report is refused with a one-line error naming max_payload."""
+    big = "x" * (10 * 1024 * 1024)
+    code = main(["report", "--reporter", "scratch", "--host", "n1", f"site_state={big}",
+                 "--server", nats_server.url])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "max_payload" in err
+    assert len(err.strip().splitlines()) == 1
