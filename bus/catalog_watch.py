@@ -29,7 +29,7 @@ async def watch_catalog(nc: Client) -> AsyncIterator[Catalog]:
         try:
             queue.put_nowait(decode(m.data, Catalog))
         except PayloadError as exc:
-            log.error("ignoring undecodable catalog at seq %d: %s", m.seq, exc)
+            log.warning("ignoring undecodable catalog at seq %d: %s", m.seq, exc)
 
     reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_CATALOG, handler=on_msg)
     await reader.start()

@@ -28,7 +28,8 @@ log = logging.getLogger("crr.bus")
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 
-_reconnect_wait = tenacity.wait_exponential(multiplier=0.05, max=2.0) + tenacity.wait_random(0, 0.25)
+_reconnect_wait = (tenacity.wait_exponential(multiplier=0.05, max=2.0)
+                   + tenacity.wait_random(0, 0.25))
 
 
 def default_url() -> str:
@@ -81,7 +82,7 @@ async def open_connection(
     and `NotConnectedError` with the URL when no server answered.
     """
     servers = [s.strip() for s in (url or default_url()).split(",") if s.strip()]
-    if creds is not None and not os.path.isfile(creds):
+    if creds is not None and not os.path.isfile(creds):  # noqa: ASYNC240 - one stat, at startup
         raise AuthError(f"credentials file not found: {creds}")
     tls: ssl.SSLContext | None = None
     if tls_ca is not None or any(s.startswith("tls://") for s in servers):
@@ -122,8 +123,6 @@ async def open_connection(
             with attempt:
                 try:
                     nc = await nats.connect(**options)
-                    nc.options["max_reconnect_attempts"] = -1
-                    return nc
                 except Exception as exc:
                     if _is_auth_error(exc):
                         raise AuthError(f"NATS at {','.join(servers)} refused the credentials: "
@@ -131,6 +130,8 @@ async def open_connection(
                     raise NotConnectedError(
                         f"cannot reach NATS at {','.join(servers)}: {exc or type(exc).__name__}"
                     ) from None
+                nc.options["max_reconnect_attempts"] = -1
+                return nc
     except tenacity.RetryError as exc:  # pragma: no cover - reraise=True makes this unreachable
         raise NotConnectedError(f"cannot reach NATS at {','.join(servers)}") from exc
     raise NotConnectedError(f"cannot reach NATS at {','.join(servers)}")  # pragma: no cover

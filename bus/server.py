@@ -95,7 +95,8 @@ class NatsServer:
         return self
 
     def _read_log(self) -> None:
-        assert self.proc is not None and self.proc.stderr is not None
+        assert self.proc is not None
+        assert self.proc.stderr is not None
         for raw in self.proc.stderr:
             line = raw.decode("utf-8", "replace").rstrip()
             self.log_tail.append(line)

@@ -100,7 +100,7 @@ def parse_event_subject(subject: str) -> EventAddress:
     parts = subject.split(".")
     if len(parts) < 5 or parts[0] != "crr" or parts[1] != "v1" or parts[2] not in EVENT_TYPES:
         raise SubjectError(f"not a crr event subject: {subject!r}")
-    kind: EventType = parts[2]  # type: ignore[assignment]
+    kind: EventType = parts[2]
     if parts[3] == "host" and len(parts) == 6:
         return EventAddress(kind, untoken(parts[5]), untoken(parts[4]))
     if parts[3] == "cluster" and len(parts) == 5:

@@ -48,7 +48,7 @@ def _literal_choices(tp: Any) -> list[str]:
 
 
 def _explain(exc: msgspec.ValidationError) -> str:
-    # msgspec says "Expected `str`, got `int`" or "... - at `$[0]`"; keep the message, move the path.
+    # msgspec says "Expected `str`, got `int` - at `$[0]`"; keep the message, move the path.
     msg = str(exc)
     msg, _, at = msg.partition(" - at `$")
     return msg + (f" (at {at.rstrip('`')})" if at else "")
@@ -70,15 +70,16 @@ def _convert_entry(
             problems.append(f"{where}: unknown field (expected one of {', '.join(sorted(types))})")
             ok = False
             continue
+        given = value
         if key in _DURATION_FIELDS and value is not None:
             try:
-                value = parse_duration(value)
+                given = parse_duration(value)
             except DurationError as exc:
                 problems.append(f"{where}: {exc.message}")
                 ok = False
                 continue
         try:
-            clean[key] = msgspec.convert(value, types[key], strict=False)
+            clean[key] = msgspec.convert(given, types[key], strict=False)
         except msgspec.ValidationError as exc:
             choices = _literal_choices(types[key])
             if choices:
@@ -130,7 +131,8 @@ def _check_resource(
 def _check_reporter(name: str, spec: ReporterSpec, problems: list[str]) -> None:
     path = f"reporters.{name}"
     if spec.type == "script" and not spec.command:
-        problems.append(f"{path}.command: a script reporter needs a command (a list: [path, args…])")
+        problems.append(f"{path}.command: a script reporter needs a command "
+                        "(a list: [path, args…])")
     if spec.command is not None and (not spec.command or not spec.command[0]):
         problems.append(f"{path}.command: must not be empty")
     if spec.interval <= 0:
@@ -150,14 +152,15 @@ def _check_reporter(name: str, spec: ReporterSpec, problems: list[str]) -> None:
 
 
 def catalog_from_mapping(doc: Any, *, source: str | None = None) -> Catalog:
-    """Validate a parsed YAML/JSON document into a Catalog, or raise CatalogError with all problems."""
+    """Validate a parsed YAML/JSON document into a Catalog; CatalogError lists all problems."""
     problems: list[str] = []
     if not isinstance(doc, dict):
         raise CatalogError(["(top): expected a mapping with 'version', 'resources', 'reporters'"],
                            where=source)
     for key in doc:
         if key not in {"version", "resources", "reporters"}:
-            problems.append(f"{key}: unknown top-level field (expected version, resources, reporters)")
+            problems.append(
+                f"{key}: unknown top-level field (expected version, resources, reporters)")
     version = doc.get("version", 1)
     if version != 1:
         problems.append(f"version: unsupported version {version!r} (this crr reads version 1)")

@@ -58,7 +58,8 @@ async def stored_host(nc: Client, host: str) -> tuple[int, HostSnapshot]:
     """(CRR_SNAPSHOT seq, decoded record) of a host as the stream holds it now."""
     msg = await nc.jetstream().get_last_msg("CRR_SNAPSHOT", host_snapshot_subject(host))
     assert msg.data is not None
-    return int(msg.seq), decode(msg.data, HostSnapshot)
+    assert msg.seq is not None
+    return msg.seq, decode(msg.data, HostSnapshot)
 
 
 @asynccontextmanager

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
+from bus.connection import connect
 from bus.server import NatsServer
 from ops.cli import main
 from tests.projector_support import FAST_CATALOG_YAML, running_projector
@@ -49,10 +51,6 @@ def test_catalog_apply_report_hosts(
     nats_server: NatsServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """apply → report → hosts --json round trip through a real projector."""
-    import asyncio
-
-    from bus.connection import connect
-
     cat = tmp_path / "resources.yaml"
     cat.write_text(FAST_CATALOG_YAML)
     url = nats_server.url

@@ -12,6 +12,7 @@ from bus.subjects import DEADLETTER, SNAPSHOT_STREAM, host_snapshot_subject
 from schemas.codec import decode
 from schemas.events import DeadLetter
 from schemas.snapshot import HostSnapshot
+from schemas.timestamps import parse_time
 from tests.projector_support import (
     publish_catalog,
     publish_report,
@@ -125,8 +126,6 @@ async def test_value_turns_stale_promptly(nc: Client) -> None:
     assert entry.value is None
     assert entry.last_value == 3.0
     assert entry.stale_since == entry.expires_at
-    from schemas.timestamps import parse_time
-
     lateness = seen_at - parse_time(entry.expires_at)
     assert 0 <= lateness < 2.0, lateness
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 import nats.js.errors
+import yaml
 
 from bus.connection import connect
 from bus.streams import provision
@@ -75,7 +76,5 @@ async def show_cmd(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True))
         return 0
-    import yaml
-
     yaml.safe_dump(doc, sys.stdout, sort_keys=True, default_flow_style=None)
     return 0

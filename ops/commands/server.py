@@ -13,7 +13,8 @@ from bus.server import NatsServer
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add `crr server`."""
-    p = sub.add_parser("server", parents=[common], help="run an embedded nats-server with JetStream")
+    p = sub.add_parser("server", parents=[common],
+                       help="run an embedded nats-server with JetStream")
     p.add_argument("--store", metavar="DIR", default=None,
                    help="JetStream store directory (default: a new temporary directory)")
     p.add_argument("--port", type=int, default=4222, help="client port (0 = any free port)")
