@@ -1,8 +1,9 @@
 """Starting reporter scripts with `os.posix_spawn` and containing them (DESIGN §5 Script protocol).
 
 A script runs in its own session and process group (`setsid`), with stdin
-from `/dev/null`, stdout and stderr on pipes, and a minimal environment: the
-agent's own environment (credentials, `NATS_*`) never reaches it.  No
+from `/dev/null`, stdout and stderr on pipes, no other descriptor, and a
+minimal environment: the agent's own environment (credentials, `NATS_*`)
+and connections never reach it.  No
 `fork()` of the (possibly large, multi-threaded) agent: `posix_spawn` uses
 `vfork`/`clone(CLONE_VFORK)` under the hood.
 
@@ -268,6 +269,27 @@ class ScriptProcess:
         return self.exited.result()
 
 
+def inherited_fds() -> list[int]:
+    """Descriptors above 2 a spawned child would inherit (not close-on-exec).
+
+    Python opens everything close-on-exec, but descriptors the agent itself
+    inherited (from a shell, a supervisor) are not; `posix_spawn` has no
+    `close_fds`, so `spawn` closes these in the child explicitly.
+    """
+    try:
+        names = os.listdir("/proc/self/fd")
+    except FileNotFoundError:  # pragma: no cover - no procfs
+        names = os.listdir("/dev/fd")
+    fds = []
+    for name in names:
+        fd = int(name)
+        if fd > 2:
+            with contextlib.suppress(OSError):  # e.g. the listing's own, now closed
+                if os.get_inheritable(fd):
+                    fds.append(fd)
+    return fds
+
+
 def spawn(argv: Sequence[str], env: Mapping[str, str], cwd: str | None = None) -> ScriptProcess:
     """Start `argv` in a new session with /dev/null stdin and piped stdout/stderr.
 
@@ -288,6 +310,7 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], cwd: str | None = None) -
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                 (os.POSIX_SPAWN_DUP2, out_w, 1),
                 (os.POSIX_SPAWN_DUP2, err_w, 2),
+                *((os.POSIX_SPAWN_CLOSE, fd) for fd in inherited_fds()),
             ],
             setsid=True,
         )

@@ -37,12 +37,17 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "ops" / "examples"
 
 # The interpreter by absolute path: a `/usr/bin/env python3` shim (pyenv) adds variables.
 ENV_DUMP = f"#!{sys.executable}\n" + """import json, os
-print(json.dumps({"values": {"env_v": json.dumps(dict(os.environ), sort_keys=True)}}))
+fds = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
+print(json.dumps({"values": {"env_v": json.dumps(dict(os.environ), sort_keys=True),
+                             "fds_v": fds}}))
 """
 
 
 async def test_script_sees_only_the_allowed_environment(nats_url: str, tmp_path: Path) -> None:
-    """PATH, LANG, the CRR_* names and allowlisted names reach a script; credentials do not."""
+    """PATH, LANG, the CRR_* names and allowlisted names reach a script; credentials do not.
+
+    Nor do the agent's file descriptors (its NATS socket): only stdin, stdout, stderr.
+    """
     write_script(tmp_path, "env.py", ENV_DUMP)
     spec = fast(["env.py"], env=["CRR_SCRATCH_DIR", "NOT_SET_ANYWHERE"], cwd=str(tmp_path))
     catalog = good_catalog(tmp_path, env=spec)
@@ -52,6 +57,9 @@ async def test_script_sees_only_the_allowed_environment(nats_url: str, tmp_path:
     async with running_agent(nats_url, catalog, tmp_path, environ=environ) as rig:
         await rig.recorder.wait_reports("env", 1)
     report = rig.recorder.reports("env")[0].event
+    fds = report.values["fds_v"]  # type: ignore[union-attr]
+    assert fds[:3] == [0, 1, 2]
+    assert len(fds) == 4  # the last one is the listing's own directory handle
     seen = json.loads(report.values["env_v"])  # type: ignore[union-attr]
     seen.pop("PWD", None)  # set by the /bin/sh that changes into `cwd`
     assert seen == {

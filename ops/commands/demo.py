@@ -24,6 +24,7 @@ from bus.subjects import CATALOG
 from ops.projector import Projector
 from ops.snapshot_reader import read_snapshot
 from ops.table import LEGEND, render_hosts
+from producers.agent import Agent
 from producers.simulator import publish_round, simulated_hosts
 from schemas.catalog_loader import load_catalog
 from schemas.codec import encode
@@ -39,6 +40,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, default=None, metavar="S",
                    help="stop after S seconds (default: run until Ctrl-C)")
     p.add_argument("--hosts", type=int, default=3, help="simulated hosts beside the agent")
+    p.add_argument("--host", default="demo-node", help="host name of the demo's real agent")
     p.add_argument("--catalog", default=str(EXAMPLES / "resources.yaml"),
                    help="resources.yaml to use (default: the bundled example)")
     p.add_argument("--refresh", type=float, default=1.0, help="table refresh period, seconds")
@@ -55,6 +57,18 @@ async def _simulate(outbox: Outbox, args: argparse.Namespace, stop: asyncio.Even
         publish_round(outbox, live, catalog, reporters, format_time(time.time()))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 2.0)
+
+
+def _demo_environment(store: Path) -> dict[str, str]:
+    """What the example reporters read: a scratch dir, a dataset cache, a site flag."""
+    cache = store / "dataset-cache"
+    for name in ("imagenet", "c4", "the-pile"):
+        (cache / name).mkdir(parents=True, exist_ok=True)
+    flag = store / "site-flag"
+    flag.write_text("ok\n")
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
+            "CRR_SCRATCH_DIR": str(store), "CRR_DATASET_DIR": str(cache),
+            "CRR_SITE_FLAG": str(flag)}
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -76,6 +90,9 @@ async def run(args: argparse.Namespace) -> int:
                 projector = Projector(nc, status_interval=1.0)
                 tasks.append(asyncio.create_task(projector.run(stop)))
                 await asyncio.wait_for(projector.ready.wait(), 30)
+                agent = Agent(nc, args.host, Path(args.catalog).resolve().parent,
+                              environ=_demo_environment(Path(store)))
+                tasks.append(asyncio.create_task(agent.run(stop)))
                 outbox = Outbox(nc)
                 await outbox.start()
                 tasks.append(asyncio.create_task(_simulate(outbox, args, stop)))
