@@ -59,6 +59,11 @@ async def _simulate(outbox: Outbox, args: argparse.Namespace, stop: asyncio.Even
             await asyncio.wait_for(stop.wait(), 2.0)
 
 
+def _reporters_dir(catalog_file: str) -> Path:
+    """Relative reporter commands resolve against the catalog file's directory."""
+    return Path(catalog_file).resolve().parent
+
+
 def _demo_environment(store: Path) -> dict[str, str]:
     """What the example reporters read: a scratch dir, a dataset cache, a site flag."""
     cache = store / "dataset-cache"
@@ -90,7 +95,7 @@ async def run(args: argparse.Namespace) -> int:
                 projector = Projector(nc, status_interval=1.0)
                 tasks.append(asyncio.create_task(projector.run(stop)))
                 await asyncio.wait_for(projector.ready.wait(), 30)
-                agent = Agent(nc, args.host, Path(args.catalog).resolve().parent,
+                agent = Agent(nc, args.host, _reporters_dir(args.catalog),
                               environ=_demo_environment(Path(store)))
                 tasks.append(asyncio.create_task(agent.run(stop)))
                 outbox = Outbox(nc)
