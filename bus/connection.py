@@ -5,15 +5,23 @@ long-running processes reconnect forever, with jittered exponential delays
 from tenacity so a fleet of agents does not stampede a restarted server.
 The initial connect is retried with the same policy: forever for services
 (`retry_initial=None`), a few attempts for one-shot CLI commands.
+
+Credentials always come from a file (`--creds`, `$NATS_CREDS`), never from
+a command line; the file's form is recognised (`credential_options`): a
+JWT `.creds` file, an nkey seed file (`crr nats-config`'s default), or a
+`user:`/`password:` file.  Asynchronous server errors (a permissions
+violation arrives as an `-ERR` long after the publish returned) are logged
+and handed to the listeners registered with `add_error_listener`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import random
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -50,13 +58,91 @@ def _pick_server(servers: list[Any], _info: dict[str, Any]) -> tuple[Any, float]
     return server, _reconnect_delay(getattr(server, "reconnects", 0) + 1)
 
 
+def _redact(url: str) -> str:
+    """`url` without a `user:password@` part (messages and logs never show secrets)."""
+    scheme, sep, rest = url.rpartition("://")
+    host = rest.rpartition("@")[2]
+    return f"{scheme}{sep}{host}" if sep else host
+
+
 def _is_auth_error(exc: BaseException) -> bool:
     text = str(exc).lower()
     return "authorization" in text or "authentication" in text or "permissions" in text
 
 
-async def _on_error(exc: Exception) -> None:
-    log.warning("nats: %s", exc)
+ErrorListener = Callable[[Exception], None]
+_LISTENERS = "crr_error_listeners"
+
+
+def _is_fatal(exc: BaseException) -> bool:
+    """Errors no retry can fix: refused credentials, an untrusted server certificate."""
+    return _is_auth_error(exc) or isinstance(exc, ssl.SSLCertVerificationError)
+
+
+def _error_callback(
+    listeners: list[ErrorListener], seen: list[Exception], fatal: asyncio.Event
+) -> Callable[[Exception], Any]:
+    async def on_error(exc: Exception) -> None:
+        seen[:] = [exc]  # the last one: why a connect attempt failed
+        if _is_fatal(exc):
+            fatal.set()
+        log.warning("nats: %s", exc)
+        for listener in list(listeners):
+            try:
+                listener(exc)
+            except Exception:  # a listener's bug must not break the connection
+                log.exception("error listener failed")
+
+    return on_error
+
+
+def add_error_listener(nc: Client, listener: ErrorListener) -> Callable[[], None]:
+    """Call `listener(exc)` for each asynchronous error of `nc`; returns the remover.
+
+    Only connections opened by `open_connection` carry listeners; on another
+    client this does nothing (and the remover too).
+    """
+    listeners: list[ErrorListener] | None = nc.options.get(_LISTENERS)
+    if listeners is None:
+        return lambda: None
+    listeners.append(listener)
+
+    def remove() -> None:
+        if listener in listeners:
+            listeners.remove(listener)
+
+    return remove
+
+
+def credential_options(path: str) -> dict[str, Any]:
+    """nats-py connect options for the credentials file at `path` (its form is recognised).
+
+    * a JWT `.creds` file (`-----BEGIN NATS USER JWT-----`): operator/JWT mode;
+    * an nkey seed file (one line `SU…`, as `nk -gen user` or `crr nats-config` write);
+    * `user: NAME` and `password: SECRET` lines (`crr nats-config --auth password`).
+
+    Raises `AuthError` naming the file (never its contents) otherwise.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AuthError(f"cannot read credentials file {path}: "
+                        f"{getattr(exc, 'strerror', None) or type(exc).__name__}") from None
+    if "BEGIN NATS USER JWT" in text:
+        return {"user_credentials": path}
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    if len(lines) == 1 and lines[0].startswith("SU") and ":" not in lines[0]:
+        return {"nkeys_seed": path}
+    fields = {}
+    for ln in lines:
+        key, sep, value = ln.partition(":")
+        if sep:
+            fields[key.strip()] = value.strip()
+    if fields.get("user") and fields.get("password"):
+        return {"user": fields["user"], "password": fields["password"]}
+    raise AuthError(f"credentials file {path}: not a NATS .creds file, an nkey seed file "
+                    "or a user:/password: file")
 
 
 async def _on_disconnect() -> None:
@@ -84,6 +170,10 @@ async def open_connection(
     servers = [s.strip() for s in (url or default_url()).split(",") if s.strip()]
     if creds is not None and not os.path.isfile(creds):  # noqa: ASYNC240 - one stat, at startup
         raise AuthError(f"credentials file not found: {creds}")
+    listeners: list[ErrorListener] = []
+    seen: list[Exception] = []
+    fatal = asyncio.Event()
+    shown = ",".join(_redact(s) for s in servers)  # for messages: no user:password@
     tls: ssl.SSLContext | None = None
     if tls_ca is not None or any(s.startswith("tls://") for s in servers):
         tls = ssl.create_default_context(cafile=tls_ca)
@@ -98,13 +188,13 @@ async def open_connection(
         "max_reconnect_attempts": 1,
         "reconnect_time_wait": 0.2,
         "reconnect_to_server_handler": _pick_server,
-        "error_cb": _on_error,
+        "error_cb": _error_callback(listeners, seen, fatal),
         "disconnected_cb": _on_disconnect,
         "reconnected_cb": _on_reconnect,
         "pending_size": 64 * 1024 * 1024,
     }
     if creds is not None:
-        options["user_credentials"] = creds
+        options.update(credential_options(creds))
     if tls is not None:
         options["tls"] = tls
 
@@ -114,7 +204,7 @@ async def open_connection(
         retry=tenacity.retry_if_exception(lambda e: not isinstance(e, AuthError)),
         reraise=True,
         before_sleep=lambda rs: log.warning(
-            "cannot reach NATS at %s (%s); retrying", ",".join(servers),
+            "cannot reach NATS at %s (%s); retrying", shown,
             rs.outcome.exception() if rs.outcome else "?",
         ),
     )
@@ -122,19 +212,55 @@ async def open_connection(
         async for attempt in retrying:
             with attempt:
                 try:
-                    nc = await nats.connect(**options)
+                    nc = await _connect_once(options, fatal, seen)
                 except Exception as exc:
-                    if _is_auth_error(exc):
-                        raise AuthError(f"NATS at {','.join(servers)} refused the credentials: "
-                                        f"{exc}") from None
+                    # nats-py reports a refused CONNECT to error_cb and raises only
+                    # "no servers available": look at what error_cb saw, too.
+                    cause = exc if _is_auth_error(exc) or not seen else seen[0]
+                    if _is_auth_error(cause):
+                        raise AuthError(f"NATS at {shown} refused the credentials: "
+                                        f"{cause}") from None
+                    if isinstance(cause, ssl.SSLCertVerificationError):
+                        raise NotConnectedError(
+                            f"NATS at {shown}: the server's TLS certificate is not trusted "
+                            f"({cause.verify_message}); pass its CA with --tls-ca") from None
+                    last = f" (last error: {cause})" if cause is not exc else ""
                     raise NotConnectedError(
-                        f"cannot reach NATS at {','.join(servers)}: {exc or type(exc).__name__}"
+                        f"cannot reach NATS at {shown}: {exc or type(exc).__name__}{last}"
                     ) from None
                 nc.options["max_reconnect_attempts"] = -1
+                nc.options[_LISTENERS] = listeners
                 return nc
     except tenacity.RetryError as exc:  # pragma: no cover - reraise=True makes this unreachable
-        raise NotConnectedError(f"cannot reach NATS at {','.join(servers)}") from exc
-    raise NotConnectedError(f"cannot reach NATS at {','.join(servers)}")  # pragma: no cover
+        raise NotConnectedError(f"cannot reach NATS at {shown}") from exc
+    raise NotConnectedError(f"cannot reach NATS at {shown}")  # pragma: no cover
+
+
+async def _connect_once(
+    options: dict[str, Any], fatal: asyncio.Event, seen: list[Exception]
+) -> Client:
+    """One `nats.connect`, cut short by a fatal error its `error_cb` saw.
+
+    nats-py goes on retrying the server pool after a refused CONNECT or a
+    failed TLS verification (and, for TLS, can hang there): neither can
+    succeed on retry, so the attempt ends at once with that error.
+    """
+    fatal.clear()
+    seen.clear()
+    task = asyncio.ensure_future(nats.connect(**options))
+    waiter = asyncio.ensure_future(fatal.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        if not task.done():
+            task.cancel()
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if fatal.is_set() and seen:
+            raise seen[0] from None
+        raise
 
 
 @asynccontextmanager

@@ -14,14 +14,16 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.js.api import DeliverPolicy
+from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from bus import tracing
 from schemas.errors import CrrTimeoutError
 
 log = logging.getLogger("crr.bus.ordered")
@@ -60,7 +62,9 @@ Handler = Callable[[StoredMessage], Awaitable[None] | None]
 class OrderedReader:
     """One ordered push consumer on `stream`, filtered by `subject`.
 
-    `handler` is called for each message in stream order.  `ready` is set
+    `handler` is called for each message in stream order, starting with the
+    last message per subject (`deliver`), or at `start_seq`, or at the first
+    message stored at or after `start_time` (epoch seconds).  `ready` is set
     after the message that had `pending == 0` was handled, or at once when the
     filtered stream was empty at start.
     """
@@ -74,13 +78,20 @@ class OrderedReader:
         handler: Handler,
         deliver: DeliverPolicy = DeliverPolicy.LAST_PER_SUBJECT,
         start_seq: int | None = None,
+        idle_heartbeat: float = 2.0,
+        start_time: float | None = None,
+        filter_subjects: list[str] | None = None,
     ) -> None:
         self._nc = nc
+        self._filter_subjects = filter_subjects
+        """Several filters instead of `subject` (one consumer keeps their stream order)."""
+        self._idle_heartbeat = idle_heartbeat
         self._stream = stream
         self._subject = subject
         self._handler = handler
         self._deliver = deliver
         self._start_seq = start_seq
+        self._start_time = start_time
         self._sub: Subscription | None = None
         self.ready = asyncio.Event()
         self.last_seq = 0
@@ -89,19 +100,23 @@ class OrderedReader:
     async def start(self) -> None:
         """Create the consumer and start delivering; returns before the load completes."""
         js = self._nc.jetstream()
-        from nats.js.api import ConsumerConfig
-
         config = ConsumerConfig(deliver_policy=self._deliver)
         if self._start_seq is not None:
             config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
                                     opt_start_seq=self._start_seq)
+        elif self._start_time is not None:
+            config = ConsumerConfig(
+                deliver_policy=DeliverPolicy.BY_START_TIME,
+                opt_start_time=datetime.fromtimestamp(self._start_time, UTC))
+        if self._filter_subjects:
+            config.filter_subjects = list(self._filter_subjects)
         self._sub = await js.subscribe(
             self._subject, stream=self._stream, cb=self._on_msg, ordered_consumer=True,
-            config=config, idle_heartbeat=2.0, pending_msgs_limit=1_000_000,
+            config=config, idle_heartbeat=self._idle_heartbeat, pending_msgs_limit=1_000_000,
             pending_bytes_limit=1024 * 1024 * 1024,
         )
         info = await self._sub.consumer_info()
-        if info.num_pending == 0 and not info.delivered.stream_seq:
+        if info.num_pending == 0 and not (info.delivered and info.delivered.stream_seq):
             self.ready.set()
 
     async def _on_msg(self, msg: Msg) -> None:
@@ -113,9 +128,19 @@ class OrderedReader:
         self.received += 1
         self.last_seq = seq
         hdrs = msg.headers if msg.headers else None
-        out = self._handler(StoredMessage(seq, ts, msg.subject, msg.data, hdrs, pending))
-        if out is not None:
-            await out
+        stored = StoredMessage(seq, ts, msg.subject, msg.data, hdrs, pending)
+        if hdrs is not None and self.ready.is_set() and tracing.is_traced(hdrs):
+            # A live message of a sampled trace: the handler runs in a CONSUMER span.
+            # (Not during the cold-start load: those traces ended long ago.)
+            with tracing.consume(msg.subject, hdrs, seq=seq, stream=self._stream,
+                                 size=len(msg.data)):
+                out = self._handler(stored)
+                if out is not None:
+                    await out
+        else:
+            out = self._handler(stored)
+            if out is not None:
+                await out
         if pending == 0:
             self.ready.set()
 

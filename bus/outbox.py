@@ -9,6 +9,15 @@ returns.  Every message carries `Nats-Msg-Id`, so a resend after a lost ack
 is de-duplicated by the stream.  Publishes wait for the JetStream ack (not
 `publish_async`, whose future never resolves when the server refuses a
 message — nats-py issue #985).
+
+A publish the server's authorization refuses gets no ack: the server
+answers with an asynchronous `-ERR 'Permissions Violation for Publish to
+"<subject>"'` instead.  The outbox listens for it (`bus.connection.
+add_error_listener`), fails the waiting publish at once and treats it as
+permanent: the message is rejected (`on_error`, `stats.rejected`), never
+retried — a misconfigured host must not retry in a storm.  Later messages on
+the same subject are tried once each; only the first refusal per subject is
+logged at ERROR.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,12 +36,17 @@ import nats.js.errors
 import tenacity
 from nats.aio.client import Client
 
-from schemas.errors import CrrTimeoutError
+from bus import tracing
+from bus.connection import add_error_listener
+from schemas.errors import AuthError, CrrTimeoutError
 
 log = logging.getLogger("crr.bus.outbox")
 
 Keep = Literal["latest", "all"]
 ErrorHandler = Callable[[str, Exception], None]
+
+# nats-py lower-cases -ERR texts, subject included: match subjects case-insensitively.
+_REFUSED = re.compile(r'permissions violation for publish to "([^"]+)"', re.IGNORECASE)
 
 _backoff = tenacity.wait_exponential(multiplier=0.05, max=2.0) + tenacity.wait_random(0, 0.1)
 
@@ -43,6 +58,8 @@ class _Item:
     headers: dict[str, str]
     keep: Keep
     attempts: int = 0
+    span: tracing.Span | None = None
+    """The PRODUCER span of this publish when the trace is sampled (see `bus.tracing`)."""
 
 
 @dataclass
@@ -84,6 +101,10 @@ class Outbox:
         self._closing = False
         self.on_error = on_error
         self.stats = OutboxStats()
+        self._inflight: dict[str, asyncio.Task[object]] = {}
+        self._refused: dict[str, Exception] = {}
+        self._refused_logged: set[str] = set()
+        self._remove_listener: Callable[[], None] | None = None
 
     @property
     def pending(self) -> int:
@@ -93,7 +114,21 @@ class Outbox:
     async def start(self) -> None:
         """Start the background sender."""
         if self._task is None:
+            self._remove_listener = add_error_listener(self._nc, self._on_async_error)
             self._task = asyncio.create_task(self._run(), name="crr-outbox")
+
+    def _on_async_error(self, exc: Exception) -> None:
+        """A server `-ERR`: a refused publish fails its waiting send at once."""
+        m = _REFUSED.search(str(exc))
+        if m is None:
+            return
+        key = m.group(1).lower()
+        task = self._inflight.get(key)
+        if task is not None and not task.done():
+            self._refused[key] = AuthError(
+                f"the server refused a publish to {m.group(1)}: permissions violation "
+                "(these credentials may not publish there)")
+            task.cancel()
 
     def put(
         self,
@@ -108,14 +143,17 @@ class Outbox:
         hdrs = {"Nats-Msg-Id": msg_id}
         if headers:
             hdrs.update(headers)
-        item = _Item(subject, payload, hdrs, keep)
+        item = _Item(subject, payload, hdrs, keep,
+                     span=tracing.start_publish(subject, hdrs, size=len(payload)))
         if keep == "latest":
-            if self._latest.pop(subject, None) is not None:
+            old = self._latest.pop(subject, None)
+            if old is not None:
                 self.stats.superseded += 1
+                tracing.end_publish(old.span, outcome="superseded")
             self._latest[subject] = item
         else:
             if len(self._all) >= self._max_all:
-                self._all.popleft()
+                tracing.end_publish(self._all.popleft().span, outcome="dropped")
                 self.stats.dropped_overflow += 1
             self._all.append(item)
         self._idle.clear()
@@ -141,6 +179,9 @@ class Outbox:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self._remove_listener is not None:
+            self._remove_listener()
+            self._remove_listener = None
         if self.pending:
             log.warning("outbox closed with %d unsent message(s)", self.pending)
 
@@ -165,9 +206,20 @@ class Outbox:
         return batch
 
     async def _send(self, it: _Item) -> Exception | None:
+        key = it.subject.lower()
+        task = asyncio.current_task()
+        assert task is not None
+        self._inflight[key] = task
         try:
-            await self._js.publish(it.subject, it.payload, headers=it.headers,
-                                   timeout=self._ack_timeout)
+            ack = await self._js.publish(it.subject, it.payload, headers=it.headers,
+                                         timeout=self._ack_timeout)
+            tracing.end_publish(it.span, seq=ack.seq)
+        except asyncio.CancelledError:
+            refused = self._refused.pop(key, None)
+            if refused is None:
+                raise
+            task.uncancel()
+            self._reject(it, refused)
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError,
                 nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,
                 nats.errors.OutboundBufferLimitError, nats.errors.StaleConnectionError,
@@ -179,12 +231,20 @@ class Outbox:
             self._reject(it, exc)
         except nats.errors.MaxPayloadError as exc:
             self._reject(it, exc)
+        finally:
+            if self._inflight.get(key) is task:
+                del self._inflight[key]
         return None
 
     def _reject(self, it: _Item, exc: Exception) -> None:
+        tracing.end_publish(it.span, error=exc)
         self.stats.rejected += 1
         self.stats.last_error = f"{it.subject}: {exc}"
-        log.error("publish to %s refused: %s", it.subject, exc)
+        if it.subject not in self._refused_logged:
+            self._refused_logged.add(it.subject)
+            log.error("publish to %s refused: %s", it.subject, exc)
+        else:
+            log.debug("publish to %s refused again: %s", it.subject, exc)
         if self.on_error is not None:
             self.on_error(it.subject, exc)
 
@@ -194,6 +254,7 @@ class Outbox:
         if it.keep == "latest":
             if it.subject in self._latest:
                 self.stats.superseded += 1  # a newer value arrived meanwhile: drop the old one
+                tracing.end_publish(it.span, outcome="superseded")
                 return
             self._latest[it.subject] = it
             self._latest.move_to_end(it.subject, last=False)

@@ -13,7 +13,13 @@ from typing import Any
 
 import nats.js.errors
 from nats.aio.client import Client
-from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import (
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+    SubjectTransform,
+)
 
 from bus.subjects import EVENT_SUBJECTS, EVENTS_STREAM, SNAPSHOT_STREAM, SNAPSHOT_SUBJECTS
 from schemas.errors import StreamConfigError
@@ -30,6 +36,24 @@ class StreamSettings:
     events_max_age: float = DEFAULT_EVENTS_MAX_AGE
     replicas: int = 1
     events_max_bytes: int = -1
+    partitions: int = 1
+    """Projector partitions: >1 stores host events with a partition token (see below)."""
+
+
+def partition_transform(partitions: int) -> SubjectTransform | None:
+    """CRR_EVENTS transform appending `partition(N, host)` to every host event subject.
+
+    `crr.v1.<kind>.host.<host>.<reporter>` is stored as `….<reporter>.<p>`, so
+    projector `p` filters `crr.v1.*.host.*.*.<p>`.  Publishers (and their
+    permissions) keep the DESIGN §3 subjects; only the stored subject changes.
+    """
+    if partitions <= 1:
+        return None
+    return SubjectTransform(
+        src="crr.v1.*.host.*.*",
+        dest="crr.v1.{{wildcard(1)}}.host.{{wildcard(2)}}.{{wildcard(3)}}"
+             f".{{{{partition({partitions},2)}}}}",
+    )
 
 
 def events_config(s: StreamSettings) -> StreamConfig:
@@ -48,6 +72,7 @@ def events_config(s: StreamSettings) -> StreamConfig:
         max_msg_size=MAX_EVENT_BYTES,
         num_replicas=s.replicas,
         discard=DiscardPolicy.OLD,
+        subject_transform=partition_transform(s.partitions),
     )
 
 
@@ -70,7 +95,7 @@ def snapshot_config(s: StreamSettings) -> StreamConfig:
 
 # The settings whose value changes what crr means; others (limits) may be tuned by operators.
 _CHECKED = ("subjects", "retention", "storage", "max_msgs_per_subject", "allow_direct",
-            "duplicate_window", "max_age", "num_replicas")
+            "duplicate_window", "max_age", "num_replicas", "subject_transform")
 
 
 def _norm(field: str, value: Any) -> Any:
@@ -78,6 +103,8 @@ def _norm(field: str, value: Any) -> Any:
         return sorted(value or [])
     if field in ("max_age", "duplicate_window"):
         return round(float(value or 0), 3)
+    if isinstance(value, SubjectTransform):
+        return f"{value.src} -> {value.dest}"
     if hasattr(value, "value"):
         return value.value
     return value

@@ -22,6 +22,7 @@ import nats.errors
 import nats.js.errors
 
 import ops.commands
+from ops.telemetry import configure_telemetry
 from schemas.errors import CatalogError, CrrError, ExpressionError
 
 
@@ -76,8 +77,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # nats-py's TLS transport makes asyncio warn on every close; it is noise, not a fault.
+    logging.getLogger("asyncio").setLevel(logging.ERROR)
     try:
-        code: int = asyncio.run(args.func(args))
+        shutdown_telemetry = configure_telemetry(f"crr-{args.command}")
+        try:
+            code: int = asyncio.run(args.func(args))
+        finally:
+            shutdown_telemetry()
     except KeyboardInterrupt:
         return 130
     except CrrError as exc:

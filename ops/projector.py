@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import secrets
 import time
@@ -23,9 +24,12 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 
+from bus import tracing
 from bus.ordered import OrderedReader, StoredMessage
+from bus.pipeline_publish import PipelinePublisher
 from bus.streams import StreamSettings, provision
 from bus.subjects import (
+    CATALOG,
     DEADLETTER,
     EVENTS_STREAM,
     SNAPSHOT_CATALOG,
@@ -34,18 +38,29 @@ from bus.subjects import (
     SNAPSHOT_STREAM,
     host_snapshot_subject,
 )
+from ops.lease import Lease, is_fence_refusal
+from ops.metrics import ProjectorMetrics
 from projections.envelope import Envelope
 from projections.fold import Changes, apply, expire, next_deadline
-from projections.state import ProjectionState, cluster_snapshot, host_snapshot
+from projections.state import ProjectionState, cluster_snapshot, host_names, host_snapshot
 from schemas.codec import encode
-from schemas.errors import CrrTimeoutError
+from schemas.errors import CrrTimeoutError, LeaseLostError
 from schemas.events import DeadLetter
 from schemas.snapshot import ProjectorStatus
-from schemas.timestamps import format_time
+from schemas.timestamps import format_time, parse_time
 
 log = logging.getLogger("crr.projector")
 
 WRITE_WINDOW = 512
+
+
+def tick() -> float:
+    """The wall clock floored to the millisecond, as `last_tick` carries it on the wire.
+
+    The projector expires with this `now` and writes it as the status's
+    `last_tick`, so `crr replay --verify` can expire at exactly the same `now`.
+    """
+    return parse_time(format_time(math.floor(time.time() * 1000) / 1000))
 
 
 @dataclass
@@ -74,8 +89,17 @@ class Projector:
         settings: StreamSettings | None = None,
         status_interval: float = 1.0,
         projector_id: str | None = None,
+        lease: Lease | None = None,
+        partition: int | None = None,
     ) -> None:
+        """`lease`: HA mode (ops/lease.py) — write only while holding it, else follow as a
+        warm standby.  `partition`: fold only the hosts of that partition (see
+        `partition_filters`); partition 0 also owns the catalog and cluster records."""
         self._nc = nc
+        self._lease = lease
+        self.partition = partition
+        self.warm = asyncio.Event()
+        """Set once the initial load is folded (a standby is warm, not ready)."""
         self._js = nc.jetstream(timeout=10.0)
         self._settings = settings
         self._status_interval = status_interval
@@ -88,6 +112,7 @@ class Projector:
         self._applied_seq = 0
         self._written_seq = 0
         self._stream_pending = 0
+        self._start_seq = 0
         self._position_changed = asyncio.Condition()
         self._events: OrderedReader | None = None
         self._started_at = time.time()
@@ -95,6 +120,19 @@ class Projector:
         self.deadletter_count = 0
         self.writes = 0
         self.ready = asyncio.Event()
+        self._pipe: PipelinePublisher | None = None
+        self._trace_parents: dict[str, tracing.SpanContext] = {}
+        """Snapshot subject -> the sampled apply span its next write continues."""
+        self.metrics = ProjectorMetrics(self)
+
+    @property
+    def lag(self) -> int:
+        """CRR_EVENTS messages not yet delivered (as of the last event applied)."""
+        return self._stream_pending
+
+    def written_records(self) -> list[tuple[str, bytes]]:
+        """What CRR_SNAPSHOT holds as this projector wrote or loaded it: (subject, bytes)."""
+        return list(self._written.items())
 
     # -- position ---------------------------------------------------------
 
@@ -119,7 +157,10 @@ class Projector:
     # -- input ------------------------------------------------------------
 
     def _on_event(self, m: StoredMessage) -> None:
-        env = Envelope(seq=m.seq, subject=m.subject, received_at=m.time, data=m.data)
+        subject = m.subject
+        if self.partition is not None and subject.count(".") == 6:
+            subject = subject.rpartition(".")[0]  # drop the partition token of the transform
+        env = Envelope(seq=m.seq, subject=subject, received_at=m.time, data=m.data)
         ch = apply(self.state, env)
         self.applied += 1
         self._applied_seq = m.seq
@@ -133,6 +174,13 @@ class Projector:
             ))
             log.warning("dead-lettered event %d on %s: %s", m.seq, m.subject, ch.deadletter)
         self._dirty.merge(ch)
+        if m.headers is not None and (parent := tracing.current_span_context()) is not None:
+            # A sampled report: the snapshot writes it causes continue its trace.
+            for h in ch.hosts:
+                self._trace_parents[host_snapshot_subject(h)] = parent
+            if ch.cluster:
+                self._trace_parents[SNAPSHOT_CLUSTER] = parent
+        self.metrics.event(m)
         self._wake.set()
 
     # -- output -----------------------------------------------------------
@@ -150,43 +198,88 @@ class Projector:
         finally:
             await reader.stop()
 
-    async def _publish(self, subject: str, data: bytes) -> None:
+    async def _publish(self, subject: str, data: bytes,
+                       headers: dict[str, str] | None = None) -> None:
+        parent = self._trace_parents.pop(subject, None) if self._trace_parents else None
         if self._written.get(subject) == data:
             return
-        await self._js.publish(subject, data)
+        span = None
+        if parent is not None:  # continue the report's trace (W3C context in the headers)
+            headers = dict(headers or {})
+            span = tracing.start_publish(subject, headers, parent=parent, size=len(data))
+            headers = headers or None
+        try:
+            ack = await self._js.publish(subject, data, headers=headers)
+            tracing.end_publish(span, seq=ack.seq)
+        except BaseException as exc:
+            tracing.end_publish(span, error=exc)
+            if not isinstance(exc, nats.js.errors.APIError):
+                raise
+            if headers is not None and self._lease is not None and is_fence_refusal(exc):
+                self._lease.lost()
+                raise LeaseLostError(f"write to {subject} refused: lease lost") from exc
+            raise
         self._written[subject] = data
         self.writes += 1
+
+    async def _publish_pipelined(self, out: list[tuple[str, bytes]]) -> None:
+        """Write the changed records pipelined (one wildcard ack inbox, no task per
+        record) and wait for every ack; raises like `_publish` when one fails."""
+        todo = [(s, d) for s, d in out if self._written.get(s) != d]
+        if not todo:
+            return
+        if self._pipe is None:
+            self._pipe = PipelinePublisher(self._nc, max_in_flight=2 * WRITE_WINDOW,
+                                           ack_timeout=10.0, max_attempts=3)
+            await self._pipe.start()
+        await self._pipe.publish_acked(todo, 60.0)
+        for s, d in todo:
+            self._written[s] = d
+        self.writes += len(todo)
+
+    def _writing(self) -> contextlib.AbstractAsyncContextManager[dict[str, str] | None]:
+        """Fenced-write headers while holding the lease (HA), else no headers."""
+        if self._lease is None:
+            return contextlib.nullcontext(None)
+        return self._lease.writing()
 
     async def _flush(self) -> None:
         seq = self._applied_seq
         dirty, self._dirty = self._dirty, _Dirty()
         out: list[tuple[str, bytes]] = []
-        if dirty.catalog and self.state.catalog is not None:
+        owns_shared = self.partition in (None, 0)
+        if dirty.catalog and self.state.catalog is not None and owns_shared:
             out.append((SNAPSHOT_CATALOG, encode(self.state.catalog)))
-        if dirty.cluster:
+        if dirty.cluster and owns_shared:
             out.append((SNAPSHOT_CLUSTER, encode(cluster_snapshot(self.state))))
         out.extend((host_snapshot_subject(h), encode(host_snapshot(self.state, h)))
                    for h in sorted(dirty.hosts))
         letters, self._deadletters = self._deadletters, []
         try:
+            if self._lease is None and not self._trace_parents:
+                await self._publish_pipelined(out)  # the hot path: no fence, no trace
+                out = []
             for i in range(0, len(out), WRITE_WINDOW):
-                await asyncio.gather(*(self._publish(s, d) for s, d in out[i:i + WRITE_WINDOW]))
+                async with self._writing() as fence:
+                    await asyncio.gather(*(self._publish(s, d, fence)
+                                           for s, d in out[i:i + WRITE_WINDOW]))
             for dl in letters:
                 await self._js.publish(DEADLETTER, encode(dl),
                                        headers={"Nats-Msg-Id": f"deadletter/{dl.seq}"})
-        except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+        except (nats.errors.Error, nats.js.errors.Error, TimeoutError, LeaseLostError) as exc:
             # Put everything back; the next round retries (the fold state is intact).
             log.warning("snapshot write failed (%s); will retry", exc)
             self._dirty.merge(Changes(hosts=frozenset(dirty.hosts), cluster=dirty.cluster,
                                       catalog=dirty.catalog, deadletter=None))
             self._deadletters[:0] = letters
             raise
+        self.metrics.flushed(time.time())
         async with self._position_changed:
             self._written_seq = max(self._written_seq, seq)
             self._position_changed.notify_all()
 
-    async def _write_status(self) -> None:
-        now = time.time()
+    async def _write_status(self, now: float | None = None) -> None:
+        now = time.time() if now is None else now
         status = ProjectorStatus(
             last_seq=self._written_seq,
             stream_last_seq=self._applied_seq + self._stream_pending,
@@ -197,8 +290,30 @@ class Projector:
             deadletters=self.deadletter_count,
             hosts=len(self.state.hosts),
             projector_id=self.projector_id,
+            start_seq=self._start_seq,
+            partition=self.partition,
         )
-        await self._js.publish(SNAPSHOT_PROJECTOR, encode(status))
+        subject = SNAPSHOT_PROJECTOR
+        if self.partition is not None:
+            subject = f"{SNAPSHOT_PROJECTOR}.{self.partition}"
+        async with self._writing() as fence:
+            self._written.pop(subject, None)  # always written: it carries last_tick
+            await self._publish(subject, encode(status), fence)
+
+    async def _take_lease(self, stop: asyncio.Event) -> bool:
+        """Standby until the lease is ours, then write what differs from CRR_SNAPSHOT now."""
+        assert self._lease is not None
+        self._lease.on_lost = self._wake.set
+        log.info("projector %s: standby for %s", self.projector_id, self._lease.subject)
+        if not await self._lease.acquire(stop):
+            return False
+        # The previous writer may have written anything: reload, then rewrite the differences.
+        self._written.clear()
+        await self._load_written()
+        self._dirty.hosts.update(host_names(self.state))
+        self._dirty.cluster = self._dirty.catalog = True
+        self._wake.set()
+        return True
 
     # -- main loop --------------------------------------------------------
 
@@ -213,13 +328,21 @@ class Projector:
         relay = asyncio.create_task(relay_stop())
         await provision(self._nc, self._settings)
         await self._load_written()
+        # Where the last-per-subject load starts (`--verify` replays the same input).
+        self._start_seq = (await self._js.stream_info(EVENTS_STREAM)).state.last_seq
         self._events = OrderedReader(self._nc, stream=EVENTS_STREAM, subject="crr.v1.>",
-                                     handler=self._on_event)
+                                     handler=self._on_event,
+                                     filter_subjects=partition_filters(self.partition))
         await self._events.start()
+        graceful = False
         try:
             await self._events.wait_ready(300.0)
+            self.warm.set()
+            if self._lease is not None and not await self._take_lease(stop):
+                graceful = True
+                return
             # Initial load done: bring expiry up to now, then write the differences only.
-            self._dirty.merge(expire(self.state, time.time()))
+            self._dirty.merge(expire(self.state, tick()))
             await self._flush()
             self.ready.set()
             log.info("projector ready at seq %d (%d hosts)", self._written_seq,
@@ -227,6 +350,10 @@ class Projector:
             next_status = 0.0
             failures = 0
             while not stop.is_set():
+                if self._lease is not None and not self._lease.held:
+                    if not await self._take_lease(stop):
+                        break
+                    next_status = 0.0
                 now = time.time()
                 deadline = next_deadline(self.state)
                 wait = next_status - now
@@ -236,21 +363,53 @@ class Projector:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), wait)
                 self._wake.clear()
-                now = time.time()
+                now = tick()
                 self._dirty.merge(expire(self.state, now))
                 try:
-                    wrote = bool(self._dirty or self._deadletters)
+                    # Events that changed nothing (a dead letter's own copy, a duplicate)
+                    # still move the position, so wait_until() on them returns.
+                    wrote = bool(self._dirty or self._deadletters
+                                 or self._applied_seq > self._written_seq)
                     if wrote:
                         await self._flush()
                     # Status after every flush, so readers of CRR_SNAPSHOT learn the
                     # position right behind the records it covers (stream order).
                     if wrote or now >= next_status:
-                        await self._write_status()
+                        await self._write_status(now)
                         next_status = now + self._status_interval
                     failures = 0
-                except (nats.errors.Error, nats.js.errors.Error, TimeoutError):
+                except LeaseLostError:
+                    continue  # deposed: back to standby at the top of the loop
+                except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
                     failures += 1
+                    if failures == 1 or failures % 50 == 0:
+                        # Status writes fail too when the store is full: say so, not only
+                        # when a record write fails (which _flush logs).
+                        log.warning("snapshot write failed (%r); retrying (failure %d)",
+                                    exc, failures)
                     await asyncio.sleep(min(2.0, 0.05 * 2 ** min(failures, 6)))
+            graceful = True
         finally:
             relay.cancel()
+            if self._lease is not None:
+                # A clean stop hands the lease over at once; a crash lets it expire.
+                await (self._lease.release() if graceful else self._lease.close())
             await self._events.stop()
+            if self._pipe is not None:
+                await self._pipe.close(1.0)
+                self._pipe = None
+
+
+def partition_filters(partition: int | None) -> list[str] | None:
+    """CRR_EVENTS filters of a partitioned projector (None: everything, `crr.v1.>`).
+
+    With `StreamSettings(partitions=N)` the stream stores host events as
+    `crr.v1.<kind>.host.<host>.<reporter>.<p>`, `p = partition(N, host)`.
+    Every partition needs the catalog; the cluster subjects go to partition 0.
+    """
+    if partition is None:
+        return None
+    filters = [CATALOG, f"crr.v1.*.host.*.*.{partition}"]
+    if partition == 0:
+        filters.append("crr.v1.*.cluster.*")
+    return filters

@@ -58,6 +58,7 @@ from typing import Any
 
 import tenacity
 
+from producers.observe import RunObserver
 from producers.publisher import ReporterPublisher
 from producers.script_output import (
     BadOutput,
@@ -141,8 +142,11 @@ class ReporterRunner:
         agent_env: Mapping[str, str],
         kill_grace: float = 1.0,
         exit_grace: float = 0.5,
+        observer: RunObserver | None = None,
     ) -> None:
         self.config = config
+        self.observer = observer if observer is not None else RunObserver()
+        """Optional hook: a span around each periodic run, run and lifecycle metrics."""
         self.spec = config.spec
         self.host = host
         self.publisher = publisher
@@ -207,6 +211,7 @@ class ReporterRunner:
             return
         self._last_health = key
         self.publisher.health(state, detail, exit_code)
+        self.observer.health(self.name, state)
         if state in ("ok", "stopped", "restarting"):
             log.info("reporter %s: %s%s", self.name, state, f" ({detail})" if detail else "")
         else:
@@ -231,6 +236,14 @@ class ReporterRunner:
         return False
 
     async def _guarded(self, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
+        """`_attempt`, observed: a periodic run is the span a report's trace starts from."""
+        with self.observer.run(self.name, self.host,
+                               traced=self.spec.mode == "periodic") as record:
+            outcome = await self._attempt(run)
+            record(outcome.state, outcome.exit_code)
+            return outcome
+
+    async def _attempt(self, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
         """Run one attempt; a bug in the agent becomes a `failed` outcome, never a crash."""
         self.runs += 1
         try:

@@ -88,3 +88,20 @@ class CrrTimeoutError(CrrError, TimeoutError):
     """A bounded wait (a projector position, a readiness signal) ran out."""
 
     retriable = True
+
+
+class NotReadyError(CrrError, RuntimeError):
+    """A reader was asked for data before its initial load completed.
+
+    "Not loaded yet" is never "absent": the scheduler view raises this
+    instead of answering from a partial snapshot.
+    """
+
+    retriable = True
+
+
+class LeaseLostError(CrrError, RuntimeError):
+    """This projector no longer holds the writer lease: the server refused a fenced write.
+
+    Another projector took over; this one must stop writing (it becomes a standby).
+    """

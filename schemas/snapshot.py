@@ -110,3 +110,9 @@ class ProjectorStatus(msgspec.Struct, frozen=True, kw_only=True):
     hosts: int = 0
     projector_id: str = ""
     partition: int | None = None
+    start_seq: int = 0
+    """Last `CRR_EVENTS` sequence when this projector's initial load began (0: unknown).
+
+    Its state is the fold of the last event per subject up to `start_seq`,
+    then of every later event: `crr replay --verify` replays exactly that.
+    """

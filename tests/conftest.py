@@ -32,3 +32,13 @@ async def nc(nats_url: str) -> AsyncIterator[Client]:
     async with connect(nats_url, name="crr-test") as client:
         await provision(client)
         yield client
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`slow` tests run only when selected (`pytest -m slow`); the default run stays fast."""
+    if "slow" in (config.getoption("markexpr", "") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: run with `pytest -m slow`")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -13,21 +13,29 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from nats.aio.client import Client
 
 from bus.connection import connect
 from bus.outbox import Outbox
 from bus.server import NatsServer
 from bus.streams import provision
 from bus.subjects import CATALOG
+from ops.nats_auth import secure_demo_setup
 from ops.projector import Projector
 from ops.snapshot_reader import read_snapshot
 from ops.table import LEGEND, render_hosts
 from producers.agent import Agent
+from producers.external import CentralRunner, ExternalReporter
 from producers.simulator import publish_round, simulated_hosts
+from schemas.catalog import Catalog
 from schemas.catalog_loader import load_catalog
 from schemas.codec import encode
+from schemas.errors import CrrError
 from schemas.timestamps import format_time
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -44,6 +52,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--catalog", default=str(EXAMPLES / "resources.yaml"),
                    help="resources.yaml to use (default: the bundled example)")
     p.add_argument("--refresh", type=float, default=1.0, help="table refresh period, seconds")
+    p.add_argument("--secure", action="store_true",
+                   help="generate credentials and run with the server's authorization on")
+    p.add_argument("--tls", action="store_true", help="with --secure: serve tls:// with a "
+                   "throw-away CA")
     p.set_defaults(func=run)
 
 
@@ -76,61 +88,110 @@ def _demo_environment(store: Path) -> dict[str, str]:
             "CRR_SITE_FLAG": str(flag)}
 
 
+@dataclass
+class _Endpoint:
+    """Where the demo's components connect, and with which credentials per role."""
+
+    url: str
+    stop: Callable[[], None]
+    tls_ca: str | None = None
+    creds: dict[str, str | None] = field(default_factory=dict)
+
+
+async def _start_server(args: argparse.Namespace, store: Path, sims: list[str]) -> _Endpoint:
+    if not args.secure:
+        server = NatsServer(store / "nats", port=0)
+        await asyncio.to_thread(server.start)
+        return _Endpoint(url=server.url, stop=server.stop)
+    demo = await secure_demo_setup(store, catalog=load_catalog(args.catalog), hosts=[args.host],
+                                   simulated_hosts=sims, tls=args.tls)
+    roles = {r: demo.creds(r) for r in ("admin", "projector", "simulator", "view")}
+    return _Endpoint(
+        url=demo.url, stop=demo.stop, tls_ca=str(demo.tls_ca) if demo.tls_ca else None,
+        creds={**roles, "agent": str(demo.bundle.for_host(args.host)),
+               "flexlm": str(demo.bundle.for_reporter("flexlm"))},
+    )
+
+
 async def run(args: argparse.Namespace) -> int:
     """Run the demo until Ctrl-C or --duration."""
+    if args.tls and not args.secure:
+        raise CrrError("--tls goes with --secure")
     catalog = load_catalog(args.catalog)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    with tempfile.TemporaryDirectory(prefix="crr-demo-") as store:
-        server = NatsServer(store, port=0)
-        await asyncio.to_thread(server.start)
-        print(f"crr demo: embedded nats-server at {server.url}", flush=True)
+    sims = [f"sim{i:02d}" for i in range(1, args.hosts + 1)]
+    with tempfile.TemporaryDirectory(prefix="crr-demo-") as tmp:
+        store = Path(tmp)
+        ep = await _start_server(args, store, sims)
+        mode = " with authorization" + (" and TLS" if args.tls else "") if args.secure else ""
+        print(f"crr demo: embedded nats-server at {ep.url}{mode}", flush=True)
         tasks: list[asyncio.Task[Any]] = []
         try:
-            async with connect(server.url, name="crr-demo") as nc:
-                await provision(nc)
-                await nc.jetstream().publish(CATALOG, encode(catalog))
-                projector = Projector(nc, status_interval=1.0)
+            async with contextlib.AsyncExitStack() as stack:
+
+                async def conn(role: str) -> Client:
+                    return await stack.enter_async_context(connect(
+                        ep.url, creds=ep.creds.get(role), tls_ca=ep.tls_ca,
+                        name=f"crr-demo-{role}"))
+
+                admin = await conn("admin")
+                await provision(admin)
+                await admin.jetstream().publish(CATALOG, encode(catalog))
+                projector = Projector(await conn("projector"), status_interval=1.0)
                 tasks.append(asyncio.create_task(projector.run(stop)))
                 await asyncio.wait_for(projector.ready.wait(), 30)
-                agent = Agent(nc, args.host, _reporters_dir(args.catalog),
-                              environ=_demo_environment(Path(store)))
+                environ = _demo_environment(store)
+                agent = Agent(await conn("agent"), args.host, _reporters_dir(args.catalog),
+                              environ=environ)
                 tasks.append(asyncio.create_task(agent.run(stop)))
-                outbox = Outbox(nc)
+                if "flexlm" in catalog.reporters and catalog.reporters["flexlm"].command:
+                    rep = await stack.enter_async_context(ExternalReporter.connect(
+                        reporter="flexlm", url=ep.url, creds=ep.creds.get("flexlm"),
+                        tls_ca=ep.tls_ca))
+                    central = CentralRunner(rep, reporters_dir=_reporters_dir(args.catalog),
+                                            environ=environ)
+                    await central.apply(catalog)
+                    stack.push_async_callback(central.stop)
+                outbox = Outbox(await conn("simulator"))
                 await outbox.start()
+                stack.push_async_callback(outbox.close, 2.0)
                 tasks.append(asyncio.create_task(_simulate(outbox, args, stop)))
-                deadline = time.monotonic() + args.duration if args.duration else None
-                while not stop.is_set():
-                    contents = await read_snapshot(nc)
-                    host_res = sorted(n for n, r in catalog.resources.items() if r.scope == "host")
-                    table = render_hosts(list(contents.hosts.values()), contents.cluster, host_res)
-                    if sys.stdout.isatty():
-                        print("\x1b[2J\x1b[H", end="")
-                    status = contents.projector
-                    print(f"crr demo — {format_time(time.time())}  projector seq "
-                          f"{status.last_seq if status else 0}, lag {status.lag if status else 0}"
-                          "  (Ctrl-C to stop)")
-                    print(table)
-                    print(LEGEND + "\n", flush=True)
-                    wait = args.refresh
-                    if deadline is not None:
-                        wait = min(wait, deadline - time.monotonic())
-                        if wait <= 0:
-                            break
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), wait)
+                await _show(await conn("view"), catalog, args, stop)
                 stop.set()
-                await outbox.close(2.0)
-                for t in tasks:
-                    t.cancel()
                 for t in tasks:
                     with contextlib.suppress(asyncio.CancelledError):
-                        await t
+                        await asyncio.wait_for(t, 10)
         finally:
             for t in tasks:
                 t.cancel()
-            await asyncio.to_thread(server.stop)
+            await asyncio.to_thread(ep.stop)
     print("crr demo: stopped; embedded server shut down")
     return 0
+
+
+async def _show(nc: Client, catalog: Catalog, args: argparse.Namespace,
+                stop: asyncio.Event) -> None:
+    """Print the live table every --refresh seconds until stop or --duration."""
+    deadline = time.monotonic() + args.duration if args.duration else None
+    host_res = sorted(n for n, r in catalog.resources.items() if r.scope == "host")
+    while not stop.is_set():
+        contents = await read_snapshot(nc)
+        table = render_hosts(list(contents.hosts.values()), contents.cluster, host_res)
+        if sys.stdout.isatty():
+            print("\x1b[2J\x1b[H", end="")
+        status = contents.projector
+        print(f"crr demo — {format_time(time.time())}  projector seq "
+              f"{status.last_seq if status else 0}, lag {status.lag if status else 0}"
+              "  (Ctrl-C to stop)")
+        print(table)
+        print(LEGEND + "\n", flush=True)
+        wait = args.refresh
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
+            if wait <= 0:
+                return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), wait)

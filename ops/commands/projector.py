@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import secrets
 import signal
 from typing import Any
 
 from bus.connection import connect
-from bus.streams import StreamSettings
+from bus.streams import StreamSettings, provision
+from ops.lease import DEFAULT_TTL, Lease, check_server_version
 from ops.projector import Projector
 from schemas.duration import parse_duration
+from schemas.errors import CrrError
 
 log = logging.getLogger("crr.projector")
 
@@ -22,6 +26,20 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--retention", default="24h",
                    help="CRR_EVENTS max age when the stream is created (default 24h)")
     p.add_argument("--replicas", type=int, default=1, help="stream replicas (3 on a cluster)")
+    p.add_argument("--ha", action="store_true",
+                   help="high availability: run several; the lease holder writes, the others "
+                        "follow as warm standbys and take over within --lease-ttl (+~1s)")
+    p.add_argument("--lease-ttl", default=f"{DEFAULT_TTL:g}s",
+                   help=f"HA lease time-to-live (default {DEFAULT_TTL:g}s)")
+    p.add_argument("--partitions", type=int, default=1,
+                   help="number of projector partitions N (CRR_EVENTS stores host events "
+                        "with partition(N, host); needs --update on an existing stream)")
+    p.add_argument("--partition", type=int, default=None,
+                   help="the partition this projector folds, 0..N-1 (with --partitions)")
+    p.add_argument("--update", action="store_true",
+                   help="change an existing stream's settings (e.g. to repartition)")
+    p.add_argument("--id", dest="projector_id", default=None,
+                   help="projector id in status and lease records (default host-random)")
     p.set_defaults(func=run)
 
 
@@ -31,10 +49,21 @@ async def run(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if args.partitions < 1 or (args.partitions > 1) != (args.partition is not None) or (
+            args.partition is not None and not 0 <= args.partition < args.partitions):
+        raise CrrError("--partition K (0 <= K < N) goes with --partitions N > 1")
     settings = StreamSettings(events_max_age=parse_duration(args.retention),
-                              replicas=args.replicas)
+                              replicas=args.replicas, partitions=args.partitions)
     async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca, name="crr-projector",
                        attempts=None) as nc:
-        projector = Projector(nc, settings=settings)
+        if args.update:
+            await provision(nc, settings, update=True)
+        pid = args.projector_id or f"{os.uname().nodename}-{secrets.token_hex(3)}"
+        lease = None
+        if args.ha:
+            check_server_version(nc)
+            lease = Lease(nc, pid, ttl=parse_duration(args.lease_ttl), partition=args.partition)
+        projector = Projector(nc, settings=settings, projector_id=pid, partition=args.partition,
+                              lease=lease)
         await projector.run(stop)
     return 0

@@ -1,0 +1,45 @@
+"""`crr api [--listen 127.0.0.1:8080]`: the read-only REST API and the live status page."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from typing import Any
+
+from bus.connection import connect
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add `crr api`."""
+    p = sub.add_parser("api", parents=[common],
+                       help="the REST API (OpenAPI at /schema/openapi.json) and status page (/)")
+    p.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT",
+                   help="address to serve on (default 127.0.0.1:8080; port 0: any)")
+    p.set_defaults(func=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Serve until SIGINT/SIGTERM; the view follows CRR_SNAPSHOT live."""
+    # Imported here: the API's dependencies (litestar, uvicorn) are only needed by `crr api`.
+    from ops.rest import bind, create_app, serve  # noqa: PLC0415 - optional extra
+    from ops.view import SchedulerView  # noqa: PLC0415 - keeps other commands' start-up lean
+
+    sock = bind(args.listen)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca, name="crr-api",
+                       attempts=None) as nc:
+        view = SchedulerView(nc)
+        await view.start()
+        app, api = create_app(view)
+        host, port = sock.getsockname()[:2]
+        print(f"crr api: serving on http://{host}:{port}/ (OpenAPI: /schema/openapi.json)",
+              flush=True)
+        try:
+            await serve(app, api, sock, stop)
+        finally:
+            await view.stop()
+    return 0

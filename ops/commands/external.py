@@ -1,0 +1,96 @@
+"""`crr external run --reporter R`: run an external reporter's command centrally (DESIGN §3, §5).
+
+The LSF `[all]` / license-poller pattern: one machine runs the reporter's
+`command` (script protocol, the agent's containment) and publishes its
+values on the reporter's cluster subjects, with the reporter's own
+credentials (`--creds`, from `crr nats-config`).  The reporter comes from
+`--catalog FILE` or, by default, from the active catalog, whose changes are
+followed without a restart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+import nats.errors
+import tenacity
+
+from bus.catalog_watch import watch_catalog
+from producers.external import CentralRunner, ExternalReporter
+from schemas.catalog_loader import load_catalog
+
+log = logging.getLogger("crr.external")
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add `crr external run`."""
+    p = sub.add_parser("external", help="external reporters: run one centrally")
+    esub = p.add_subparsers(dest="external_command", metavar="ACTION", parser_class=type(p))
+    esub.required = True
+    r = esub.add_parser("run", parents=[common],
+                        help="run an external reporter's command and publish its values "
+                             "on the cluster subjects")
+    r.add_argument("--reporter", required=True,
+                   help="the reporter (type: external, with a command)")
+    r.add_argument("--catalog", metavar="FILE", default=None,
+                   help="resources.yaml to take the reporter from (default: the active catalog, "
+                        "followed live)")
+    r.add_argument("--reporters-dir", type=Path, default=None,
+                   help="directory relative commands are resolved against (default: the "
+                        "catalog file's directory with --catalog, else the current directory)")
+    r.add_argument("--duration", type=float, default=None, metavar="S",
+                   help="stop after S seconds (default: run until SIGINT/SIGTERM)")
+    r.set_defaults(func=run)
+
+
+async def _follow(central: CentralRunner) -> None:
+    """Apply every active catalog; a NATS error or a missing stream is retried."""
+    retrying = tenacity.AsyncRetrying(
+        stop=tenacity.stop_never,
+        wait=tenacity.wait_exponential(multiplier=0.5, max=10.0) + tenacity.wait_random(0, 0.5),
+        retry=tenacity.retry_if_exception_type((nats.errors.Error, TimeoutError)),
+        before_sleep=lambda rs: log.warning(
+            "cannot follow the catalog (%s); retrying",
+            rs.outcome.exception() if rs.outcome else "?"),
+    )
+    async for attempt in retrying:
+        with attempt:
+            async for catalog in watch_catalog(central.rep.nc):
+                await central.apply(catalog)
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Run until SIGINT/SIGTERM (or --duration); the command's group is killed on exit."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if args.duration is not None:
+        loop.call_later(args.duration, stop.set)
+    catalog = load_catalog(args.catalog) if args.catalog else None
+    reporters_dir = args.reporters_dir or (
+        Path(args.catalog).parent if args.catalog else Path())
+    async with ExternalReporter.connect(reporter=args.reporter, url=args.server,
+                                        creds=args.creds, tls_ca=args.tls_ca) as rep:
+        central = CentralRunner(rep, reporters_dir=reporters_dir)
+        try:
+            if catalog is not None:
+                await central.apply(catalog)
+                await stop.wait()
+            else:
+                follow = asyncio.create_task(_follow(central))
+                stopping = asyncio.create_task(stop.wait())
+                await asyncio.wait([follow, stopping], return_when=asyncio.FIRST_COMPLETED)
+                stopping.cancel()
+                follow.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await follow  # re-raises a CrrError of the first catalog
+        finally:
+            await central.stop()
+    return 0

@@ -1,0 +1,75 @@
+"""`crr health [--json]`: reporters × hosts with their state; exit 1 when any is failing.
+
+Usable from monitoring (Nagios-style checks, cron): the exit status says
+whether any reporter is failing (failed, timeout, bad_output, crashed,
+quarantined, silent, rejecting); the output says which, failing rows first
+(in red on a terminal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import msgspec
+
+from bus.connection import connect
+from ops.reporter_health import ReporterHealth, reporter_rows
+from ops.snapshot_reader import read_snapshot
+
+_RED = "\x1b[1;31m"
+_RESET = "\x1b[0m"
+_MAX_DETAIL = 80
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add `crr health`."""
+    p = sub.add_parser("health", parents=[common],
+                       help="reporter health per host; exit 1 when any reporter is failing")
+    p.add_argument("--json", action="store_true",
+                   help="a JSON array of {reporter, host, state, failing, since, detail, …}")
+    p.add_argument("--reporter", action="append", default=None, metavar="NAME",
+                   help="only this reporter (repeatable)")
+    p.set_defaults(func=run)
+
+
+def render(rows: list[ReporterHealth], *, color: bool) -> str:
+    """A table: REPORTER HOST STATE SINCE EXIT REJECTED DETAIL, failing rows highlighted."""
+    header = ("REPORTER", "HOST", "STATE", "SINCE", "EXIT", "REJECTED", "DETAIL")
+    cells = [header]
+    for r in rows:
+        detail = " ".join((r.detail or "; ".join(r.rejections) or "").split())
+        if len(detail) > _MAX_DETAIL:
+            detail = detail[:_MAX_DETAIL - 1] + "…"
+        cells.append((r.reporter, r.host if r.host is not None else "(cluster)", r.state,
+                      r.since or "-", "-" if r.exit_code is None else str(r.exit_code),
+                      str(r.rejected), detail))
+    widths = [max(len(c[i]) for c in cells) for i in range(len(header) - 1)]
+    lines = []
+    for i, c in enumerate(cells):
+        line = "  ".join(v.ljust(w) for v, w in zip(c, widths, strict=False)) + "  " + c[-1]
+        line = line.rstrip()
+        if color and i > 0 and rows[i - 1].failing:
+            line = _RED + line + _RESET
+        lines.append(line)
+    failing = sum(r.failing for r in rows)
+    lines.append(f"{failing} failing of {len(rows)} reporter(s) × host(s)")
+    return "\n".join(lines)
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Print the rows; 1 when any reporter is failing, else 0."""
+    async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
+                       name="crr-health") as nc:
+        contents = await read_snapshot(nc)
+    rows = reporter_rows(contents.hosts.values(), contents.cluster)
+    if args.reporter:
+        rows = [r for r in rows if r.reporter in set(args.reporter)]
+    if args.json:
+        sys.stdout.buffer.write(msgspec.json.encode(rows) + b"\n")
+    elif not rows:
+        print("no reporter has reported yet (is a projector running, and a catalog applied?)")
+    else:
+        print(render(rows, color=sys.stdout.isatty()))
+    return 1 if any(r.failing for r in rows) else 0

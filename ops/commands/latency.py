@@ -1,0 +1,248 @@
+"""`crr latency`: per reporter p50/p95/p99 of observed → stored → snapshot, from the streams alone.
+
+No tracing backend needed: every figure comes from what JetStream holds.
+
+- *observed*: the report's `observed_at` (the reporter's clock — skew shows here);
+- *stored*: the JetStream timestamp of the report in CRR_EVENTS;
+- *snapshot*: the JetStream timestamp of the first CRR_SNAPSHOT record of the
+  report's host (or the cluster record) whose `as_of.seq` covers the report.
+
+CRR_SNAPSHOT is compacted (one record per host), so history gives one
+snapshot sample per host: the report whose sequence is exactly the record's
+`as_of.seq`.  `--watch S` also follows both streams live for S seconds and
+times every new report to the first record that covers it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import numpy as np
+from nats.js.api import DeliverPolicy
+
+from bus.connection import connect
+from bus.ordered import OrderedReader, StoredMessage
+from bus.subjects import (
+    EVENTS_STREAM,
+    SNAPSHOT_CLUSTER,
+    SNAPSHOT_HOST_PREFIX,
+    SNAPSHOT_STREAM,
+    parse_event_subject,
+    untoken,
+)
+from projections.host_table import expires_seconds
+from schemas.duration import parse_duration
+from schemas.errors import SubjectError
+
+HostKey = str | None
+"""A host name, or None for the cluster record."""
+
+
+class _Head(msgspec.Struct):
+    observed_at: str | None = None
+
+
+class _AsOf(msgspec.Struct):
+    seq: int = 0
+
+
+class _Record(msgspec.Struct):
+    as_of: _AsOf = msgspec.field(default_factory=_AsOf)
+
+
+_head = msgspec.json.Decoder(_Head)
+_record = msgspec.json.Decoder(_Record)
+
+
+class Percentiles(msgspec.Struct, frozen=True, kw_only=True):
+    """Seconds at the 50th, 95th and 99th percentile of `n` samples (null when none)."""
+
+    n: int
+    p50: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+
+
+class ReporterLatency(msgspec.Struct, frozen=True, kw_only=True):
+    """One reporter's latencies."""
+
+    reporter: str
+    reports: int
+    observed_to_stored: Percentiles
+    stored_to_snapshot: Percentiles
+    observed_to_snapshot: Percentiles
+
+
+@dataclass
+class _Event:
+    seq: int
+    reporter: str
+    observed: float
+    stored: float
+    snapshot: float | None = None
+
+
+@dataclass
+class _Collector:
+    events: list[_Event] = field(default_factory=list)
+    uncovered: dict[HostKey, list[_Event]] = field(default_factory=dict)
+    by_seq: dict[int, tuple[HostKey, _Event]] = field(default_factory=dict)
+    reporters: set[str] | None = None
+
+    def event(self, m: StoredMessage) -> None:
+        try:
+            addr = parse_event_subject(m.subject)
+            head = _head.decode(m.data)
+        except (SubjectError, msgspec.DecodeError, msgspec.ValidationError):
+            return
+        if head.observed_at is None or (self.reporters and addr.reporter not in self.reporters):
+            return
+        ev = _Event(m.seq, addr.reporter, expires_seconds(head.observed_at), m.time)
+        self.events.append(ev)
+        self.uncovered.setdefault(addr.host, []).append(ev)
+        self.by_seq[m.seq] = (addr.host, ev)
+
+    def snapshot(self, m: StoredMessage, *, live: bool) -> None:
+        if m.subject == SNAPSHOT_CLUSTER:
+            host: HostKey = None
+        elif m.subject.startswith(SNAPSHOT_HOST_PREFIX):
+            try:
+                host = untoken(m.subject[len(SNAPSHOT_HOST_PREFIX):])
+            except SubjectError:
+                return
+        else:
+            return
+        try:
+            seq = _record.decode(m.data).as_of.seq
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return
+        if not live:
+            # A compacted record: only the report it was written for can be timed.
+            found = self.by_seq.get(seq)
+            if found is not None and found[0] == host and found[1].snapshot is None:
+                found[1].snapshot = m.time
+            return
+        pending = self.uncovered.get(host, [])
+        keep = []
+        for ev in pending:
+            if ev.seq <= seq:
+                if ev.snapshot is None:
+                    ev.snapshot = m.time
+            else:
+                keep.append(ev)
+        self.uncovered[host] = keep
+
+
+def _percentiles(samples: list[float]) -> Percentiles:
+    if not samples:
+        return Percentiles(n=0)
+    p50, p95, p99 = np.percentile(np.asarray(samples), [50, 95, 99])
+    return Percentiles(n=len(samples), p50=round(float(p50), 6), p95=round(float(p95), 6),
+                       p99=round(float(p99), 6))
+
+
+def summarize(events: list[_Event]) -> list[ReporterLatency]:
+    """Per reporter, sorted by name."""
+    by: dict[str, list[_Event]] = {}
+    for ev in events:
+        by.setdefault(ev.reporter, []).append(ev)
+    out = []
+    for name in sorted(by):
+        evs = by[name]
+        done = [e for e in evs if e.snapshot is not None]
+        out.append(ReporterLatency(
+            reporter=name, reports=len(evs),
+            observed_to_stored=_percentiles([e.stored - e.observed for e in evs]),
+            stored_to_snapshot=_percentiles([e.snapshot - e.stored for e in done
+                                             if e.snapshot is not None]),
+            observed_to_snapshot=_percentiles([e.snapshot - e.observed for e in done
+                                               if e.snapshot is not None]),
+        ))
+    return out
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1000:.1f}"
+
+
+def render(rows: list[ReporterLatency]) -> str:
+    """A table in milliseconds: per reporter, each leg's p50/p95/p99 and sample count."""
+    head = ["REPORTER", "REPORTS"]
+    for leg in ("OBSERVED→STORED", "STORED→SNAPSHOT", "OBSERVED→SNAPSHOT"):
+        head += [f"{leg} p50", "p95", "p99", "n"]
+    cells = [head]
+    for r in rows:
+        line = [r.reporter, str(r.reports)]
+        for p in (r.observed_to_stored, r.stored_to_snapshot, r.observed_to_snapshot):
+            line += [_ms(p.p50), _ms(p.p95), _ms(p.p99), str(p.n)]
+        cells.append(line)
+    widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
+    lines = ["  ".join(v.rjust(w) if i else v.ljust(w)
+                       for i, (v, w) in enumerate(zip(c, widths, strict=True))).rstrip()
+             for c in cells]
+    return "\n".join(lines) + "\n(milliseconds)"
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add `crr latency`."""
+    p = sub.add_parser("latency", parents=[common],
+                       help="per reporter p50/p95/p99 of observed→stored→snapshot latency")
+    p.add_argument("--since", default="15m",
+                   help="reports stored within this long ago (default 15m)")
+    p.add_argument("--watch", type=float, default=0.0, metavar="S",
+                   help="also follow both streams live for S seconds (every new report timed)")
+    p.add_argument("--reporter", action="append", default=None, metavar="NAME",
+                   help="only this reporter (repeatable)")
+    p.add_argument("--json", action="store_true", help="a JSON array, one object per reporter")
+    p.set_defaults(func=run)
+
+
+async def measure(nc: Any, *, since: float, watch: float = 0.0,
+                  reporters: set[str] | None = None) -> list[ReporterLatency]:
+    """Read the streams (and follow them `watch` seconds) and summarize."""
+    col = _Collector(reporters=reporters)
+    events = OrderedReader(nc, stream=EVENTS_STREAM, subject="crr.v1.report.>",
+                           handler=col.event, deliver=DeliverPolicy.BY_START_TIME,
+                           start_time=time.time() - since)
+    await events.start()
+    snaps: OrderedReader | None = None
+    try:
+        await events.wait_ready(60.0)
+        # Reports before the snapshot load: a compacted record can only be matched exactly.
+        for evs in col.uncovered.values():
+            evs.clear()
+        state = {"live": False}
+        snaps = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
+                              handler=lambda m: col.snapshot(m, live=state["live"]))
+        await snaps.start()
+        await snaps.wait_ready(60.0)
+        state["live"] = True
+        if watch > 0:
+            await asyncio.sleep(watch)  # the operator asked to follow the streams this long
+    finally:
+        await events.stop()
+        if snaps is not None:
+            await snaps.stop()
+    return summarize(col.events)
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Print the table or JSON."""
+    since = parse_duration(args.since)
+    async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
+                       name="crr-latency") as nc:
+        rows = await measure(nc, since=since, watch=args.watch,
+                             reporters=set(args.reporter) if args.reporter else None)
+    if args.json:
+        sys.stdout.buffer.write(msgspec.json.encode(rows) + b"\n")
+    elif not rows:
+        print(f"no reports stored in the last {args.since}")
+    else:
+        print(render(rows))
+    return 0

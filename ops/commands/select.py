@@ -1,0 +1,33 @@
+"""`crr select EXPR [--json]`: the hosts that match a `select[]` expression now."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from bus.connection import connect
+from ops.view import loaded_view
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add `crr select`."""
+    p = sub.add_parser("select", parents=[common],
+                       help="hosts matching a select[] expression (bare or select[...])")
+    p.add_argument("expr", metavar="EXPR",
+                   help="e.g. 'scratch_free > 100 && datasets has \"c4\"'")
+    p.add_argument("--json", action="store_true", help="a JSON array of host names, sorted")
+    p.set_defaults(func=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Load the snapshot once, evaluate, print the sorted host names."""
+    async with (connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
+                        name="crr-select") as nc,
+                loaded_view(nc) as view):
+        hosts = view.select(args.expr)
+    if args.json:
+        print(json.dumps(hosts))
+    elif hosts:
+        print("\n".join(hosts))
+    return 0

@@ -1,0 +1,274 @@
+"""The projector writer lease: two (or more) projectors run, exactly one writes CRR_SNAPSHOT.
+
+The lease is one record on `crr.v1.snapshot.lease` (partition `k`:
+`crr.v1.snapshot.lease.<k>`) in CRR_SNAPSHOT, which keeps one message per
+subject.  Every change to it is an optimistic-concurrency publish with
+`Nats-Expected-Last-Subject-Sequence`, so of two projectors racing for it
+exactly one wins:
+
+- **acquire**: a free lease (no record, or one released with `holder: null`)
+  is taken at once; a held one is taken when its record has not changed for
+  its holder's `ttl`, measured on the standby's own monotonic clock (so clock
+  skew between machines does not matter);
+- **renew**: the holder republishes every `ttl / 3` expecting its own last
+  lease sequence; a refusal means it was deposed;
+- **fence**: every snapshot write of the holder carries
+  `Nats-Expected-Last-Subject-Sequence: <lease seq>` with
+  `Nats-Expected-Last-Subject-Sequence-Subject: <lease subject>` (nats-server
+  2.11+), so the *server* refuses a write from a deposed holder, even one
+  that has not noticed yet (paused, partitioned, slow).  Renewals and writes
+  are serialised (`writing()`), so a renewal never invalidates a write in
+  flight.
+
+Takeover after the holder dies: at most `ttl` (unchanged record) + `ttl / 6`
+(the standby's poll) + the time to rebuild and write the differences; with
+the default 3 s TTL, under 4 s for a small snapshot.  A holder that stops
+cleanly releases the lease, and a standby takes over within one poll.
+
+Writes use `js.publish` and wait for the ack, never `publish_async`, whose
+future never resolves when the server refuses a message (nats-py #985).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+
+from bus.subjects import PREFIX, SNAPSHOT_STREAM
+from schemas.errors import CrrError, LeaseLostError
+from schemas.timestamps import format_time
+
+log = logging.getLogger("crr.lease")
+
+LEASE_SUBJECT = f"{PREFIX}.snapshot.lease"
+DEFAULT_TTL = 3.0
+WRONG_LAST_SEQUENCE = 10071
+"""JetStream error code of a refused `Nats-Expected-Last-Subject-Sequence`."""
+EXPECTED_SEQ = "Nats-Expected-Last-Subject-Sequence"
+EXPECTED_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+MIN_SERVER = (2, 11)
+
+_TRANSIENT = (nats.errors.Error, nats.js.errors.ServiceUnavailableError,
+              nats.js.errors.NoStreamResponseError, TimeoutError)
+
+
+class LeaseRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """Payload of the lease subject: who holds it (None: released), since which takeover."""
+
+    holder: str | None
+    epoch: int
+    """Incremented by every acquisition; a takeover is visible as a new epoch."""
+    ttl: float
+    at: str
+    """The holder's wall-clock time of this renewal (informational only)."""
+
+
+_encoder = msgspec.json.Encoder(order="sorted")
+_decoder = msgspec.json.Decoder(LeaseRecord)
+
+
+def lease_subject(partition: int | None = None) -> str:
+    """The lease subject of the (partitioned) projector."""
+    return LEASE_SUBJECT if partition is None else f"{LEASE_SUBJECT}.{partition}"
+
+
+def is_fence_refusal(exc: BaseException) -> bool:
+    """True if `exc` is the server refusing a fenced write (the lease moved on)."""
+    return isinstance(exc, nats.js.errors.APIError) and exc.err_code == WRONG_LAST_SEQUENCE
+
+
+def check_server_version(nc: Client) -> None:
+    """Fencing needs `Nats-Expected-Last-Subject-Sequence-Subject`: refuse older servers."""
+    version = str(nc._server_info.get("version", "0.0.0"))  # no public accessor
+    try:
+        have = tuple(int(p) for p in version.split("-", maxsplit=1)[0].split(".")[:2])
+    except ValueError:
+        return
+    if have < MIN_SERVER:
+        raise CrrError(f"HA projectors need nats-server {MIN_SERVER[0]}.{MIN_SERVER[1]} or "
+                       f"newer (fenced writes); the server runs {version}")
+
+
+class Lease:
+    """One projector's view of the writer lease (see module doc)."""
+
+    def __init__(
+        self,
+        nc: Client,
+        holder: str,
+        *,
+        ttl: float = DEFAULT_TTL,
+        partition: int | None = None,
+        stream: str = SNAPSHOT_STREAM,
+    ) -> None:
+        self._nc = nc
+        self._js = nc.jetstream(timeout=max(1.0, ttl / 2))
+        self.holder = holder
+        self.ttl = ttl
+        self.subject = lease_subject(partition)
+        self.stream = stream
+        self.seq = 0
+        """Sequence of our last lease record while held."""
+        self.epoch = 0
+        self.held = False
+        self.takeovers = 0
+        self.on_lost: Callable[[], None] | None = None
+        self._lock = asyncio.Lock()
+        self._renewer: asyncio.Task[None] | None = None
+        self._renewed_at = 0.0
+
+    # -- observing --------------------------------------------------------
+
+    async def observe(self) -> tuple[int, LeaseRecord | None]:
+        """(sequence, record) of the lease as the stream holds it now; (0, None) if none."""
+        try:
+            msg = await self._js.get_last_msg(self.stream, self.subject)
+        except nats.js.errors.NotFoundError:
+            return 0, None
+        rec = None
+        if msg.data:
+            try:
+                rec = _decoder.decode(msg.data)
+            except msgspec.DecodeError:
+                log.warning("undecodable lease record at seq %d; treating it as expired", msg.seq)
+        return int(msg.seq or 0), rec
+
+    def fence(self) -> dict[str, str]:
+        """Headers that make the server refuse a write unless we still hold the lease."""
+        if not self.held:
+            raise LeaseLostError(f"{self.holder} does not hold {self.subject}")
+        return {EXPECTED_SEQ: str(self.seq), EXPECTED_SEQ_SUBJECT: self.subject}
+
+    @contextlib.asynccontextmanager
+    async def writing(self) -> AsyncIterator[dict[str, str]]:
+        """Hold off renewals while a batch of fenced writes is in flight; yields the headers."""
+        async with self._lock:
+            yield self.fence()
+
+    # -- acquiring --------------------------------------------------------
+
+    async def _publish(self, rec: LeaseRecord, expected: int) -> int:
+        ack = await self._js.publish(self.subject, _encoder.encode(rec),
+                                     headers={EXPECTED_SEQ: str(expected)})
+        return int(ack.seq)
+
+    async def try_acquire(self, expected: int, previous: LeaseRecord | None) -> bool:
+        """Take the lease if its record is still at `expected`; False if someone beat us."""
+        rec = LeaseRecord(holder=self.holder, epoch=(previous.epoch if previous else 0) + 1,
+                          ttl=self.ttl, at=format_time(time.time()))
+        try:
+            seq = await self._publish(rec, expected)
+        except nats.js.errors.APIError as exc:
+            if is_fence_refusal(exc):
+                return False
+            raise
+        self.seq, self.epoch, self.held = seq, rec.epoch, True
+        self._renewed_at = time.monotonic()
+        self.takeovers += 1
+        log.warning("%s acquired %s (epoch %d, seq %d)", self.holder, self.subject,
+                    self.epoch, seq)
+        self._renewer = asyncio.create_task(self._renew_loop(), name="crr-lease-renew")
+        return True
+
+    async def acquire(self, stop: asyncio.Event | None = None) -> bool:
+        """Wait (as a standby) until the lease is ours; False if `stop` was set first."""
+        poll = self.ttl / 6
+        seen_seq, seen_at = -1, 0.0
+        while stop is None or not stop.is_set():
+            try:
+                seq, rec = await self.observe()
+                now = time.monotonic()
+                if seq != seen_seq:
+                    seen_seq, seen_at = seq, now
+                expired = now - seen_at >= (rec.ttl if rec is not None else 0.0)
+                if (rec is None or rec.holder is None or rec.holder == self.holder or expired) \
+                        and await self.try_acquire(seq, rec):
+                    return True
+            except _TRANSIENT as exc:
+                log.info("lease %s: cannot observe (%s); retrying", self.subject, exc)
+            if stop is None:
+                await asyncio.sleep(poll)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), poll)
+        return False
+
+    # -- holding ----------------------------------------------------------
+
+    async def renew(self) -> None:
+        """Republish our record expecting our last lease sequence; LeaseLostError if deposed."""
+        async with self._lock:
+            if not self.held:
+                raise LeaseLostError(f"{self.holder} does not hold {self.subject}")
+            rec = LeaseRecord(holder=self.holder, epoch=self.epoch, ttl=self.ttl,
+                              at=format_time(time.time()))
+            try:
+                self.seq = await self._publish(rec, self.seq)
+            except nats.js.errors.APIError as exc:
+                if is_fence_refusal(exc):
+                    self._lose("another projector took the lease")
+                    raise LeaseLostError(f"{self.holder} lost {self.subject}") from exc
+                raise
+            self._renewed_at = time.monotonic()
+
+    def _lose(self, why: str) -> None:
+        if self.held:
+            log.warning("%s lost %s: %s; now a standby", self.holder, self.subject, why)
+        self.held = False
+        if self.on_lost is not None:
+            self.on_lost()
+
+    def lost(self, why: str = "a fenced write was refused") -> None:
+        """Record that the lease is gone (the projector saw a fenced write refused)."""
+        self._lose(why)
+        self._cancel_renewer()
+
+    async def _renew_loop(self) -> None:
+        while self.held:
+            await asyncio.sleep(self.ttl / 3)
+            try:
+                await self.renew()
+            except LeaseLostError:
+                return
+            except _TRANSIENT as exc:
+                if time.monotonic() - self._renewed_at >= self.ttl:
+                    # A standby may have taken over meanwhile; the server would refuse
+                    # our writes anyway, but stop trying to write at once.
+                    self._lose(f"not renewed within the {self.ttl:g}s TTL ({exc})")
+                    return
+                log.info("lease renewal failed (%s); retrying", exc)
+
+    def _cancel_renewer(self) -> None:
+        if self._renewer is not None and self._renewer is not asyncio.current_task():
+            self._renewer.cancel()
+        self._renewer = None
+
+    async def close(self) -> None:
+        """Stop renewing without releasing (what a crash looks like to the others)."""
+        task, self._renewer = self._renewer, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def release(self) -> None:
+        """Hand the lease back (a clean stop): a standby takes over within one poll."""
+        await self.close()
+        if not self.held:
+            return
+        self.held = False
+        rec = LeaseRecord(holder=None, epoch=self.epoch, ttl=self.ttl,
+                          at=format_time(time.time()))
+        try:
+            await self._publish(rec, self.seq)
+        except (nats.js.errors.APIError, *_TRANSIENT) as exc:
+            log.info("could not release %s (%s); it expires after %gs", self.subject, exc,
+                     self.ttl)

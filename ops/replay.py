@@ -1,0 +1,501 @@
+"""IO for history tools: the export file format, reading it fast, and reading CRR_EVENTS.
+
+The fold itself is `projections.fold` (driven by `projections.history.Replay`);
+this module only turns stored events — from the stream or from a file written
+by `crr events export` — into `Envelope`s, in stream order.
+
+Export format: JSON lines, one stored message per line::
+
+    {"seq": 42, "time": "2027-01-15T08:00:00.123456Z", "ts": 1800000000.123456,
+     "subject": "crr.v1.report.host.node1.scratch", "headers": {"Nats-Msg-Id": "..."},
+     "payload": {...the payload, verbatim...}}
+
+- `ts` is the server time exactly as the projector sees it (epoch seconds,
+  shortest round-trip float), so a replay from a file is byte-identical to one
+  from the stream; `time` is the same instant for people (and the fallback
+  when `ts` is absent, e.g. in a hand-written file).
+- `payload` holds the payload bytes verbatim when they are one line of valid
+  JSON (what every crr publisher sends); anything else (NaN literals, binary,
+  pretty-printed JSON) is base64 in `payload` with `"payload_encoding":
+  "base64"`, so the bytes replayed are always exactly the bytes stored.
+- `headers` is omitted when the message had none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import math
+import operator
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import BinaryIO, Final
+
+import msgspec
+import nats.js.errors
+import tenacity
+from nats.aio.client import Client
+from nats.js.api import DeliverPolicy
+
+from bus.ordered import OrderedReader, StoredMessage
+from bus.subjects import CATALOG, EVENTS_STREAM, SNAPSHOT_PROJECTOR, SNAPSHOT_STREAM, token
+from ops.progress import Progress
+from projections.envelope import Envelope
+from projections.history import Replay
+from schemas.codec import decode
+from schemas.duration import parse_duration
+from schemas.errors import CrrError, CrrTimeoutError, DurationError, PayloadError
+from schemas.snapshot import ProjectorStatus
+from schemas.timestamps import format_time, parse_time
+
+CHUNK: Final = 256 << 10
+"""Bytes read from an export file at a time, decoded as one JSON array (small: cache-warm)."""
+
+
+# -- the line format --------------------------------------------------------------------
+
+
+class ExportLine(msgspec.Struct, kw_only=True, gc=False):
+    """One line of an export file, as decoded for replay (the payload stays raw bytes).
+
+    `headers` is not decoded: the fold does not use it (and skipping it is cheaper).
+    """
+
+    seq: int
+    subject: str
+    time: str | None = None
+    ts: float | None = None
+    payload: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+    payload_encoding: str | None = None
+
+
+class _Head(msgspec.Struct, kw_only=True, omit_defaults=True):
+    seq: int
+    time: str
+    ts: float
+    subject: str
+    headers: dict[str, str] | None = None
+
+
+_head_encoder: Final = msgspec.json.Encoder()
+_any: Final = msgspec.json.Decoder()
+_lines: Final = msgspec.json.Decoder(list[ExportLine])
+_line: Final = msgspec.json.Decoder(ExportLine)
+
+
+def precise_time(t: float) -> str:
+    """RFC 3339 UTC with microseconds (export lines; `ts` carries the exact float)."""
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _inline(data: bytes) -> bool:
+    """Whether `data` can sit verbatim in a line: one line of valid JSON."""
+    if not data or b"\n" in data or b"\r" in data:
+        return False
+    try:
+        _any.decode(data)
+    except msgspec.DecodeError:
+        return False
+    return True
+
+
+def export_line(m: StoredMessage) -> bytes:
+    """The export line (with its newline) of one stored message."""
+    head = _head_encoder.encode(_Head(seq=m.seq, time=precise_time(m.time), ts=m.time,
+                                      subject=m.subject, headers=m.headers or None))
+    if _inline(m.data):
+        return b"".join((head[:-1], b',"payload":', m.data, b"}\n"))
+    b64 = base64.b64encode(m.data)
+    return b"".join((head[:-1], b',"payload":"', b64, b'","payload_encoding":"base64"}\n'))
+
+
+def to_envelope(line: ExportLine) -> Envelope:
+    """The Envelope a line describes; PayloadError if it is incomplete."""
+    if line.ts is not None:
+        t = line.ts
+    elif line.time is not None:
+        t = parse_time(line.time)
+    else:
+        raise PayloadError("neither ts nor time")
+    raw = bytes(line.payload)
+    if line.payload_encoding is None:
+        data = raw
+    elif line.payload_encoding == "base64":
+        try:
+            data = base64.b64decode(msgspec.json.decode(raw, type=str), validate=True)
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
+            raise PayloadError(f"payload is not base64: {exc}") from exc
+    else:
+        raise PayloadError(f"unknown payload_encoding {line.payload_encoding!r}")
+    return Envelope(seq=line.seq, subject=line.subject, received_at=t, data=data)
+
+
+# -- reading a file ---------------------------------------------------------------------
+
+
+@dataclass
+class FileReport:
+    """What reading an export file found."""
+
+    path: str
+    lines: int = 0
+    events: int = 0
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+    """(line number, why) of each malformed line (the rest was replayed)."""
+    out_of_order: int = 0
+    """Lines whose seq was not above the previous one's (skipped too)."""
+
+
+def _fast_envs(body: bytes, report: FileReport, last_seq: list[int]) -> list[Envelope] | None:
+    """All complete lines of `body` in one msgspec call; None if any line needs a closer look."""
+    try:
+        decoded = _lines.decode(b"[" + body.replace(b"\n", b",") + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None  # a malformed or blank line: the careful path finds which
+    try:
+        out = [Envelope(seq=ln.seq, subject=ln.subject, received_at=ln.ts,
+                        data=bytes(ln.payload))
+               if ln.ts is not None and ln.payload_encoding is None else to_envelope(ln)
+               for ln in decoded]
+    except PayloadError:
+        return None
+    if not out:
+        return out
+    seqs = [e.seq for e in out]
+    if seqs[0] <= last_seq[0] or not all(map(operator.lt, seqs, seqs[1:])):
+        return None
+    last_seq[0] = seqs[-1]
+    report.lines += len(out)
+    report.events += len(out)
+    return out
+
+
+def _envs_of_chunk(lines: list[bytes], first_no: int, report: FileReport,
+                   last_seq: list[int]) -> list[Envelope]:
+    """Envelopes of complete lines, line by line: malformed ones are counted and skipped."""
+    report.lines += len(lines)
+    out: list[Envelope] = []
+    prev = last_seq[0]
+    for i, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        try:
+            env = to_envelope(_line.decode(raw))
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            report.skipped.append((first_no + i, str(exc)))
+            continue
+        except PayloadError as exc:
+            report.skipped.append((first_no + i, exc.message))
+            continue
+        if env.seq <= prev:
+            report.skipped.append((first_no + i, f"seq {env.seq} is not after {prev}"))
+            report.out_of_order += 1
+            continue
+        prev = env.seq
+        out.append(env)
+    last_seq[0] = prev
+    report.events += len(out)
+    return out
+
+
+def read_export(
+    path: str | Path, on_batch: Callable[[list[Envelope]], bool],
+    *, on_progress: Callable[[int, int], None] | None = None,
+) -> FileReport:
+    """Feed the events of an export file to `on_batch` in order, chunk by chunk.
+
+    `on_batch` returns False to stop early.  Malformed lines are counted with
+    their line numbers and skipped; the rest of the file is still read.
+    `on_progress(bytes_read, bytes_total)` is called once per chunk.
+    """
+    report = FileReport(path=str(path))
+    last_seq = [0]
+    with open(path, "rb") as f:
+        total = os.fstat(f.fileno()).st_size
+        done, line_no, rest = 0, 1, b""
+        for chunk in _chunks(f):
+            done += len(chunk)
+            buf = rest + chunk
+            end = buf.rfind(b"\n")
+            if end < 0:
+                rest = buf
+                continue
+            body, rest = buf[:end], buf[end + 1:]
+            count = body.count(b"\n") + 1
+            envs = _fast_envs(body, report, last_seq)
+            if envs is None:
+                envs = _envs_of_chunk(body.split(b"\n"), line_no, report, last_seq)
+            line_no += count
+            if on_progress is not None:
+                on_progress(done, total)
+            if envs and not on_batch(envs):
+                return report
+        if rest.strip():
+            envs = _envs_of_chunk([rest], line_no, report, last_seq)
+            if envs:
+                on_batch(envs)
+    return report
+
+
+def _chunks(f: BinaryIO) -> Iterator[bytes]:
+    while chunk := f.read(CHUNK):
+        yield chunk
+
+
+# -- reading the stream -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StreamRange:
+    """What CRR_EVENTS holds now: first and last sequence and the first message's time."""
+
+    first_seq: int
+    last_seq: int
+    first_time: float | None
+    last_time: float | None
+
+    @property
+    def empty(self) -> bool:
+        """No message at all."""
+        return self.last_seq < self.first_seq or self.last_seq == 0
+
+
+async def _msg_time(nc: Client, seq: int) -> float | None:
+    try:
+        msg = await nc.jetstream().get_msg(EVENTS_STREAM, seq=seq, next=True)
+    except nats.js.errors.NotFoundError:
+        return None
+    return msg.time.timestamp() if msg.time is not None else None
+
+
+async def stream_range(nc: Client) -> StreamRange:
+    """The range of CRR_EVENTS now (CrrError if the stream does not exist)."""
+    try:
+        info = await nc.jetstream().stream_info(EVENTS_STREAM)
+    except nats.js.errors.NotFoundError:
+        raise CrrError(f"stream {EVENTS_STREAM} does not exist (is a projector or "
+                       "`crr server` provisioning it?)") from None
+    st = info.state
+    if st.last_seq == 0 or st.messages == 0:
+        return StreamRange(st.first_seq, st.last_seq, None, None)
+    first_t = await _msg_time(nc, st.first_seq)
+    msg = await nc.jetstream().get_msg(EVENTS_STREAM, seq=st.last_seq)
+    last_t = msg.time.timestamp() if msg.time is not None else None
+    return StreamRange(st.first_seq, st.last_seq, first_t, last_t)
+
+
+def host_filter(host: str) -> Callable[[str], bool]:
+    """Whether a subject concerns `host`: its own events and catalog changes."""
+    mid = f".host.{token(host)}."
+
+    def keep(subject: str) -> bool:
+        return subject == CATALOG or mid in subject
+
+    return keep
+
+
+async def read_stream(
+    nc: Client, on_message: Callable[[StoredMessage], bool], *,
+    subject: str = "crr.v1.>", start_seq: int | None = None, start_time: float | None = None,
+    stop_seq: int | None = None, stall: float = 30.0,
+) -> int:
+    """Feed CRR_EVENTS to `on_message` in order, from `start_seq`/`start_time` (else the start).
+
+    Stops after the message that was last in the stream when it was
+    delivered (`pending == 0`), after `stop_seq`, or when `on_message`
+    returns False.  Returns the number of messages handled.
+    CrrTimeoutError if nothing arrives for `stall` seconds.
+    """
+    rng = await stream_range(nc)
+    if rng.empty or (start_seq is not None and start_seq > rng.last_seq) or (
+            start_time is not None and rng.last_time is not None
+            and start_time > rng.last_time):
+        return 0
+    done = asyncio.Event()
+    handled = 0
+
+    def handle(m: StoredMessage) -> None:
+        nonlocal handled
+        if done.is_set():
+            return
+        handled += 1
+        go = on_message(m)
+        if not go or m.pending == 0 or (stop_seq is not None and m.seq >= stop_seq):
+            done.set()
+
+    kwargs: dict[str, object] = {}
+    if start_seq is not None:
+        kwargs["start_seq"] = start_seq
+    elif start_time is not None:
+        kwargs["start_time"] = start_time
+    reader = OrderedReader(nc, stream=EVENTS_STREAM, subject=subject, handler=handle,
+                           deliver=DeliverPolicy.ALL, **kwargs)  # type: ignore[arg-type]
+    await reader.start()
+    try:
+        seen = -1
+        while not done.is_set():
+            if handled == seen:
+                raise CrrTimeoutError(f"no message from {EVENTS_STREAM} for {stall:g}s "
+                                      f"({handled} read)")
+            seen = handled
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), stall)
+    finally:
+        await reader.stop()
+    return handled
+
+
+async def read_snapshot_bytes(nc: Client, timeout: float = 30.0) -> dict[str, tuple[int, bytes]]:
+    """CRR_SNAPSHOT as subject -> (stream sequence, raw bytes), last per subject."""
+    out: dict[str, tuple[int, bytes]] = {}
+
+    def keep(m: StoredMessage) -> None:
+        out[m.subject] = (m.seq, m.data)
+
+    reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
+                           handler=keep)
+    await reader.start()
+    try:
+        await reader.wait_ready(timeout)
+    finally:
+        await reader.stop()
+    return out
+
+
+class _Torn(Exception):
+    """CRR_SNAPSHOT was read while the projector was writing (a record after the status)."""
+
+
+def _cut_of(raw: dict[str, tuple[int, bytes]]) -> tuple[ProjectorStatus, dict[str, bytes]]:
+    if SNAPSHOT_PROJECTOR not in raw:
+        raise CrrError("no projector status in CRR_SNAPSHOT (has a projector run?)")
+    status_seq, status_bytes = raw.pop(SNAPSHOT_PROJECTOR)
+    if any(seq > status_seq for seq, _ in raw.values()):
+        raise _Torn
+    return decode(status_bytes, ProjectorStatus), {s: b for s, (_, b) in raw.items()}
+
+
+async def read_consistent_snapshot(nc: Client) -> tuple[ProjectorStatus, dict[str, bytes]]:
+    """The projector status and every other CRR_SNAPSHOT record, read at a consistent point.
+
+    The projector writes its status after every flush, so the status is the
+    newest message of a consistent cut; a record newer than it belongs to a
+    flush still in progress, and the read is retried (bounded).
+    """
+    try:
+        async for attempt in tenacity.AsyncRetrying(
+                stop=tenacity.stop_after_attempt(20),
+                wait=(tenacity.wait_exponential(multiplier=0.02, max=0.5)
+                      + tenacity.wait_random(0, 0.05)),
+                retry=tenacity.retry_if_exception_type(_Torn), reraise=True):
+            with attempt:
+                return _cut_of(await read_snapshot_bytes(nc))
+    except _Torn:
+        raise CrrError("CRR_SNAPSHOT kept changing while being read (the projector is "
+                       "busy); try again") from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+# -- command-line times -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class When:
+    """A point given on the command line: a stream sequence or a time (epoch seconds)."""
+
+    seq: int | None = None
+    time: float | None = None
+    text: str = ""
+
+
+def parse_when(text: str, now: float, *, allow_seq: bool = True) -> When:
+    """`1234` (a sequence), `now`, `-15m` (relative to `now`) or an RFC 3339 time."""
+    s = text.strip()
+    if allow_seq and s.isdigit():
+        return When(seq=int(s), text=s)
+    if s == "now":
+        return When(time=now, text=s)
+    if s.startswith("-"):
+        try:
+            return When(time=now - parse_duration(s[1:]), text=s)
+        except DurationError as exc:
+            raise CrrError(f"bad relative time {text!r}: {exc.message}") from None
+    try:
+        t = parse_time(s)
+    except PayloadError:
+        seq = "a sequence number, " if allow_seq else ""
+        raise CrrError(f"expected {seq}`now`, a relative time like -15m or an RFC 3339 time, "
+                       f"got {text!r}") from None
+    if not math.isfinite(t):
+        raise CrrError(f"bad time {text!r}")
+    return When(time=t, text=s)
+
+
+# -- driving a replay ---------------------------------------------------------------------
+
+
+@dataclass
+class SourceReport:
+    """Where a replay read its events from, and what it found."""
+
+    source: str
+    events: int = 0
+    first_seq: int | None = None
+    first_time: float | None = None
+    file: FileReport | None = None
+
+
+async def run_replay(replay: Replay, *, nc: Client | None, file: str | None,
+                     stop_seq: int | None = None, label: str = "replay") -> SourceReport:
+    """Feed `replay` from `file` (an export) or from CRR_EVENTS; then `finish` it.
+
+    A progress bar (rate, ETA) runs on a TTY.  `stop_seq` ends a stream read
+    early (the replay needs nothing after it).
+    """
+    if file is not None:
+        report = SourceReport(source=file)
+        with Progress(label, total=None, unit="B") as bar:
+            fr = read_export(file, replay.feed_many,
+                             on_progress=lambda done, total: bar.update(done, total=total))
+        report.file = fr
+        report.events = fr.events
+    else:
+        assert nc is not None
+        rng = await stream_range(nc)
+        report = SourceReport(source=EVENTS_STREAM, first_seq=rng.first_seq,
+                              first_time=rng.first_time)
+        total = max((stop_seq or rng.last_seq) - rng.first_seq + 1, 0)
+        feed = replay.feed
+        with Progress(label, total=total or None, unit="events") as bar:
+            def on_message(m: StoredMessage) -> bool:
+                go = feed(Envelope(seq=m.seq, subject=m.subject, received_at=m.time,
+                                   data=m.data))
+                bar.update(m.seq - rng.first_seq + 1)
+                return go
+
+            report.events = await read_stream(nc, on_message, stop_seq=stop_seq)
+    replay.finish()
+    if replay.first is not None and report.first_seq is None:
+        report.first_seq, report.first_time = replay.first.seq, replay.first.received_at
+    return report
+
+
+def check_cuts(replay: Replay, report: SourceReport) -> None:
+    """CrrError when a cut lies before the first available event and history is missing."""
+    first_seq = report.first_seq
+    if first_seq is None or first_seq <= 1:
+        return  # nothing aged out: before the first event, the state is simply empty
+    for cut in replay.cuts:
+        before = (cut.seq is not None and cut.seq < first_seq) or (
+            cut.time is not None and report.first_time is not None
+            and cut.time < report.first_time)
+        if before:
+            what = f"seq {cut.seq}" if cut.seq is not None else format_time(cut.time or 0.0)
+            where = "CRR_EVENTS starts" if report.file is None else f"{report.source} starts"
+            first_t = (f" ({format_time(report.first_time)})"
+                       if report.first_time is not None else "")
+            raise CrrError(f"{what} is outside retention: {where} at seq {first_seq}{first_t}")

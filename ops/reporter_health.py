@@ -1,0 +1,59 @@
+"""Reporter health per host, from the snapshot: what `crr health` and `GET /v1/reporters` show.
+
+One row per (reporter, host) — `host` null for cluster-scope reporters —
+taken from the `reporters` map of each HostSnapshot and the ClusterSnapshot.
+A reporter is *failing* when its state is one of `FAILING_STATES`: the
+agent's findings (failed, timeout, bad_output, crashed, quarantined) and
+the projector's (silent, rejecting).  Failing rows sort first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+import msgspec
+
+from schemas.snapshot import ClusterSnapshot, HostSnapshot, ReporterState, ReporterStatus
+
+FAILING_STATES: Final = frozenset({
+    "failed", "timeout", "bad_output", "crashed", "quarantined", "silent", "rejecting",
+})
+
+
+class ReporterHealth(msgspec.Struct, frozen=True, kw_only=True):
+    """A reporter on one host (or the cluster): its state, since when, and why."""
+
+    reporter: str
+    host: str | None
+    """Null for a cluster-scope reporter."""
+    state: ReporterState
+    failing: bool
+    since: str | None = None
+    detail: str | None = None
+    """The last error (the agent's Health detail: exit status and stderr, backoff, …)."""
+    exit_code: int | None = None
+    rejected: int = 0
+    """Values rejected in its latest report."""
+    rejections: list[str] = msgspec.field(default_factory=list)
+    last_report_at: str | None = None
+    health: str | None = None
+    """The last lifecycle state the agent published, whatever `state` says."""
+
+
+def _row(reporter: str, host: str | None, st: ReporterStatus) -> ReporterHealth:
+    return ReporterHealth(
+        reporter=reporter, host=host, state=st.state, failing=st.state in FAILING_STATES,
+        since=st.since, detail=st.detail, exit_code=st.exit_code, rejected=st.rejected,
+        rejections=list(st.rejections), last_report_at=st.last_report_at, health=st.health)
+
+
+def reporter_rows(
+    hosts: Iterable[HostSnapshot], cluster: ClusterSnapshot | None,
+) -> list[ReporterHealth]:
+    """Every (reporter, host) row: failing first, then by reporter and host (cluster first)."""
+    rows = [_row(name, h.host, st) for h in hosts for name, st in h.reporters.items()]
+    if cluster is not None:
+        rows.extend(_row(name, None, st) for name, st in cluster.reporters.items())
+    rows.sort(key=lambda r: (not r.failing, r.reporter, r.host is not None, r.host or ""))
+    return rows

@@ -1,0 +1,388 @@
+"""The read-only REST API and status page (`crr api`, DESIGN §7), over a `SchedulerView`.
+
+Litestar, because it encodes msgspec Structs natively (the JSON is exactly
+the wire types of `schemas/`) and derives the OpenAPI document from the
+same types (served at `/schema/openapi.json`).  Every answer comes from the
+scheduler view's cached copy of CRR_SNAPSHOT; nothing here calls a reporter
+or the projector.
+
+Errors are RFC 9457 problem details (`application/problem+json`): a bad
+`select[]` expression is a 400 whose `detail` carries the caret message and
+`column` the 0-based offset; before the view's initial load every data
+endpoint answers 503 (never an empty, "absent" answer).
+
+`/v1/events` is a server-sent event stream fed by `SchedulerView.subscribe`:
+one `host` / `cluster` / `catalog` / `projector` event per changed record
+(coalesced), which the status page (`/`, files in `ops/static/`) applies in
+place without reloading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+
+import msgspec
+import uvicorn
+from litestar import Litestar, MediaType, Request, Response, get
+from litestar.exceptions import HTTPException, NotFoundException, ValidationException
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.spec import Tag
+from litestar.params import PathParameter, QueryParameter
+from litestar.response import File, ServerSentEvent
+from litestar.response.sse import ServerSentEventMessage
+from litestar.static_files import create_static_files_router
+
+from bus.subjects import (
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_CLUSTER,
+    SNAPSHOT_HOST_PREFIX,
+    SNAPSHOT_PROJECTOR,
+    untoken,
+)
+from ops.reporter_health import ReporterHealth, reporter_rows
+from ops.view import SchedulerView
+from projections.host_table import expires_seconds
+from projections.select import Explanation
+from schemas.catalog import ResourceSpec
+from schemas.errors import CrrError, ExpressionError, NotReadyError, SubjectError
+from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus, ValueState
+
+log = logging.getLogger("crr.api")
+
+STATIC_DIR: Final = Path(__file__).resolve().parent / "static"
+PROBLEM_JSON: Final = "application/problem+json"
+HEARTBEAT: Final = 15.0
+"""Seconds between SSE comments that keep proxies from closing an idle stream."""
+
+
+class Problem(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """An RFC 9457 problem detail."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str | None = None
+    instance: str | None = None
+    expression: str | None = None
+    """For a bad `select[]` expression: the expression as given."""
+    column: int | None = None
+    """For a bad `select[]` expression: 0-based offset of the offending token."""
+
+
+class SelectResult(msgspec.Struct, frozen=True, kw_only=True):
+    """`GET /v1/select`: the matching hosts (sorted), and why `host` matches if asked."""
+
+    expression: str
+    hosts: list[str]
+    at: float
+    """The `now` (epoch seconds) the expression was evaluated at."""
+    explanation: Explanation | None = None
+
+
+class Healthz(msgspec.Struct, frozen=True, kw_only=True):
+    """`GET /healthz` once the view is loaded."""
+
+    status: Literal["ok"]
+    hosts: int
+    position: int
+    """Last CRR_SNAPSHOT sequence the view applied."""
+    projector_position: int
+    """Last CRR_EVENTS sequence the projector reported as written."""
+    projector: ProjectorStatus | None = None
+
+
+def _problem(status: int, title: str, detail: str | None = None, *,
+             instance: str | None = None, **extra: Any) -> Response[Problem]:
+    return Response(Problem(title=title, status=status, detail=detail, instance=instance,
+                            **extra), status_code=status, media_type=PROBLEM_JSON)
+
+
+def _on_expression(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:
+    assert isinstance(exc, ExpressionError)
+    return _problem(400, "Bad select[] expression", exc.pretty(), instance=request.url.path,
+                    expression=exc.expression, column=exc.column,
+                    type="https://crr.invalid/problems/bad-expression")
+
+
+def _on_not_ready(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:
+    return _problem(503, "Scheduler view not ready", str(exc), instance=request.url.path)
+
+
+def _on_crr(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:
+    return _problem(400, "Bad request", str(exc), instance=request.url.path)
+
+
+def _on_http(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:
+    assert isinstance(exc, HTTPException)
+    detail = exc.detail
+    if isinstance(exc, ValidationException) and exc.extra:
+        detail = f"{detail}: {msgspec.json.encode(exc.extra).decode()}"
+    title = {400: "Bad request", 404: "Not found", 405: "Method not allowed"}.get(
+        exc.status_code, "HTTP error")
+    return _problem(exc.status_code, title, detail, instance=request.url.path)
+
+
+def _on_internal(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:
+    log.exception("internal error on %s", request.url.path, exc_info=exc)
+    return _problem(500, "Internal server error", type(exc).__name__, instance=request.url.path)
+
+
+def _effective(state: ValueState, expires_at: str, now: float) -> ValueState:
+    """A fresh value past its `expires_at` is stale (as `select[]` sees it, projector or not)."""
+    if state == "fresh" and expires_seconds(expires_at) <= now:
+        return "stale"
+    return state
+
+
+def _filter_host(snap: HostSnapshot, resources: Sequence[str] | None,
+                 state: ValueState | None, now: float) -> HostSnapshot | None:
+    values = snap.values
+    if resources:
+        values = {k: v for k, v in values.items() if k in resources}
+        if not values:
+            return None
+    if state is not None and not any(
+            _effective(v.state, v.expires_at, now) == state for v in values.values()):
+        return None
+    if values is snap.values:
+        return snap
+    return msgspec.structs.replace(snap, values=values)
+
+
+class Api:
+    """The route handlers, bound to one view (see module doc)."""
+
+    def __init__(self, view: SchedulerView) -> None:
+        self.view = view
+        self.closing = asyncio.Event()
+        """Set on shutdown: open event streams end."""
+        self.page_loads = 0
+
+    def _ready(self) -> None:
+        if not self.view.ready:
+            raise NotReadyError("scheduler view not loaded yet: retry shortly")
+
+    def handlers(self) -> list[Any]:
+        """Every route of the API."""
+        view = self.view
+        api = self
+
+        @get("/v1/hosts", tags=["hosts"], summary="Host snapshots, sorted by host")
+        async def hosts(
+            resource: Annotated[list[str] | None, QueryParameter(
+                description="only hosts with a value of this resource, showing only the "
+                            "named resources (repeatable)")] = None,
+            value_state: Annotated[ValueState | None, QueryParameter(
+                name="state",
+                description="only hosts with a value in this state now (a fresh value past "
+                            "its expires_at counts as stale)")] = None,
+        ) -> list[HostSnapshot]:
+            api._ready()
+            now = time.time()
+            out = []
+            for name in view.table.hosts():
+                snap = view.table.get(name)
+                if snap is None:
+                    continue
+                kept = _filter_host(snap, resource, value_state, now)
+                if kept is not None:
+                    out.append(kept)
+            return out
+
+        @get("/v1/hosts/{host:str}", tags=["hosts"], summary="One host's snapshot")
+        async def host(
+            host: Annotated[str, PathParameter(description="the host name")],
+        ) -> HostSnapshot:
+            api._ready()
+            snap = view.table.get(host)
+            if snap is None:
+                raise NotFoundException(f"no snapshot for host {host!r}")
+            return snap
+
+        @get("/v1/cluster", tags=["hosts"], summary="Cluster-scope values")
+        async def cluster() -> ClusterSnapshot:
+            api._ready()
+            if view.cluster is None:
+                raise NotFoundException("no cluster snapshot yet (no cluster-scope value)")
+            return view.cluster
+
+        @get("/v1/resources", tags=["catalog"], summary="The active catalog's resources")
+        async def resources() -> dict[str, ResourceSpec]:
+            api._ready()
+            return dict(view.catalog.resources) if view.catalog is not None else {}
+
+        @get("/v1/reporters", tags=["health"],
+             summary="Reporter health per host, failing first")
+        async def reporters(
+            reporter: Annotated[str | None,
+                                QueryParameter(description="only this reporter")] = None,
+            failing: Annotated[bool | None, QueryParameter(
+                description="only failing (true) or only healthy (false) rows")] = None,
+        ) -> list[ReporterHealth]:
+            api._ready()
+            snaps = [s for s in (view.table.get(h) for h in view.table.hosts()) if s is not None]
+            rows = reporter_rows(snaps, view.cluster)
+            return [r for r in rows if (reporter is None or r.reporter == reporter)
+                    and (failing is None or r.failing == failing)]
+
+        @get("/v1/select", tags=["select"], summary="Hosts matching a select[] expression")
+        async def select(
+            expr: Annotated[str, QueryParameter(
+                description="the expression, bare or wrapped: scratch_free > 100")],
+            explain: Annotated[bool, QueryParameter(
+                description="also explain why `host` matches or not")] = False,
+            host: Annotated[str | None, QueryParameter(
+                description="the host to explain (required with explain=true)")] = None,
+        ) -> SelectResult:
+            api._ready()
+            now = time.time()
+            compiled = view.compile(expr)
+            explanation = None
+            if explain:
+                if host is None:
+                    raise ValidationException("explain=true needs host=<name>")
+                explanation = view.explain(expr, host, now)
+            return SelectResult(expression=expr, hosts=view.select(compiled, now), at=now,
+                                explanation=explanation)
+
+        @get("/healthz", tags=["health"], summary="200 once the view is loaded, else 503")
+        async def healthz() -> Healthz:
+            api._ready()
+            return Healthz(status="ok", hosts=len(view.table), position=view.position,
+                           projector_position=view.projector_position,
+                           projector=view.projector)
+
+        @get("/v1/events", tags=["events"], summary="Server-sent events: changed records",
+             media_type="text/event-stream")
+        async def events() -> ServerSentEvent:
+            api._ready()
+            return ServerSentEvent(api.stream())
+
+        @get("/", include_in_schema=False, media_type=MediaType.HTML)
+        async def index() -> File:
+            api.page_loads += 1
+            return File(STATIC_DIR / "index.html", content_disposition_type="inline",
+                        media_type=MediaType.HTML)
+
+        return [hosts, host, cluster, resources, reporters, select, healthz, events, index]
+
+    def _message(self, subject: str) -> ServerSentEventMessage | None:
+        view = self.view
+        if subject.startswith(SNAPSHOT_HOST_PREFIX):
+            try:
+                name = untoken(subject[len(SNAPSHOT_HOST_PREFIX):])
+            except SubjectError:
+                return None
+            snap = view.table.get(name)
+            data = (msgspec.json.encode(snap) if snap is not None
+                    else msgspec.json.encode({"host": name, "removed": True}))
+            return ServerSentEventMessage(event="host", data=data.decode())
+        if subject == SNAPSHOT_CLUSTER and view.cluster is not None:
+            return ServerSentEventMessage(event="cluster",
+                                          data=msgspec.json.encode(view.cluster).decode())
+        if subject == SNAPSHOT_CATALOG and view.catalog is not None:
+            return ServerSentEventMessage(
+                event="catalog", data=msgspec.json.encode(view.catalog.resources).decode())
+        if subject == SNAPSHOT_PROJECTOR and view.projector is not None:
+            return ServerSentEventMessage(event="projector",
+                                          data=msgspec.json.encode(view.projector).decode())
+        return None
+
+    async def stream(self) -> AsyncIterator[ServerSentEventMessage]:
+        """Changed records as SSE messages; coalesced per subject, until shutdown."""
+        pending: dict[str, None] = {}
+        wake = asyncio.Event()
+
+        def listener(subject: str) -> None:
+            pending[subject] = None
+            wake.set()
+
+        unsubscribe = self.view.subscribe(listener)
+        closing = asyncio.ensure_future(self.closing.wait())
+        try:
+            yield ServerSentEventMessage(event="hello", data=str(self.view.position))
+            while not self.closing.is_set():
+                waiter = asyncio.ensure_future(wake.wait())
+                done, _ = await asyncio.wait({waiter, closing}, timeout=HEARTBEAT,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                if not done:
+                    yield ServerSentEventMessage(comment="keep-alive")
+                    continue
+                wake.clear()
+                subjects, pending = list(pending), {}
+                for subject in subjects:
+                    msg = self._message(subject)
+                    if msg is not None:
+                        yield msg
+        finally:
+            closing.cancel()
+            unsubscribe()
+
+
+def create_app(view: SchedulerView, *, debug: bool = False) -> tuple[Litestar, Api]:
+    """The Litestar app over `view`, and its handler object (for `closing`, counters)."""
+    api = Api(view)
+    app = Litestar(
+        route_handlers=[*api.handlers(),
+                        create_static_files_router(path="/static", directories=[STATIC_DIR])],
+        openapi_config=OpenAPIConfig(
+            title="crr", version="1",
+            description="Read-only REST API of crr (custom resource reporting): the scheduler "
+                        "view's copy of CRR_SNAPSHOT.  Errors are RFC 9457 problem details.",
+            tags=[Tag(name="hosts"), Tag(name="select"), Tag(name="catalog"),
+                  Tag(name="health"), Tag(name="events")],
+        ),
+        exception_handlers={
+            ExpressionError: _on_expression,
+            NotReadyError: _on_not_ready,
+            CrrError: _on_crr,
+            HTTPException: _on_http,
+            Exception: _on_internal,
+        },
+        debug=debug,
+    )
+    return app, api
+
+
+def bind(listen: str) -> socket.socket:
+    """A listening TCP socket for `HOST:PORT` (port 0: any free port)."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise CrrError(f"--listen {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:8080")
+    host = host.strip("[]") or "127.0.0.1"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, int(port)))
+    except OSError as exc:
+        sock.close()
+        raise CrrError(f"--listen {listen}: cannot listen there: {exc.strerror or exc}") from None
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+async def serve(app: Litestar, api: Api, sock: socket.socket, stop: asyncio.Event) -> None:
+    """Serve `app` on `sock` until `stop` is set, then close event streams and shut down."""
+    config = uvicorn.Config(app, log_level="warning", lifespan="on",
+                            timeout_graceful_shutdown=2)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        api.closing.set()
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

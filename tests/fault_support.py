@@ -1,0 +1,128 @@
+"""Helpers for fault-injection tests: crr processes as real subprocesses, ground truth, waits.
+
+Processes run as `python -m ops.cli …` in their own session so a test can
+SIGKILL exactly the process it started.  Waits are bounded retries on
+observable positions (the projector status in CRR_SNAPSHOT against the last
+CRR_EVENTS sequence), never sleeps that guess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nats.aio.client import Client
+from nats.js.api import DeliverPolicy
+
+from bus.ordered import OrderedReader, StoredMessage
+from bus.subjects import EVENTS_STREAM, SNAPSHOT_PROJECTOR, SNAPSHOT_STREAM
+from ops.snapshot_reader import SnapshotContents, read_snapshot
+from schemas.codec import decode
+from schemas.snapshot import ProjectorStatus
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class CrrProcess:
+    """`crr <args>` as a child process in its own session, logging to a file."""
+
+    def __init__(self, args: list[str], log: Path) -> None:
+        self.args = args
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> CrrProcess:
+        out = self.log.open("ab")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ops.cli", *self.args], cwd=REPO, stdin=subprocess.DEVNULL,
+            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        out.close()
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the process group (the process and any script it spawned)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM, then SIGKILL if it does not exit in time; returns the exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode
+
+    def alive(self) -> bool:
+        """Whether the process is still running."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def output(self) -> str:
+        """Everything the process has logged so far."""
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+async def eventually(check: Callable[[], Any], timeout: float, what: str,
+                     every: float = 0.1) -> Any:
+    """Retry the async `check()` until it returns a truthy value (bounded)."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = await check()
+        except Exception as exc:
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g}s (last: {last!r})")
+        await asyncio.sleep(every)
+
+
+async def projector_status(nc: Client, subject: str = SNAPSHOT_PROJECTOR) -> ProjectorStatus:
+    """The projector status record as CRR_SNAPSHOT holds it now."""
+    msg = await nc.jetstream().get_last_msg(SNAPSHOT_STREAM, subject)
+    assert msg.data is not None
+    return decode(msg.data, ProjectorStatus)
+
+
+async def caught_up(nc: Client, timeout: float = 30.0, *, projector_id: str | None = None,
+                    subjects: tuple[str, ...] = (SNAPSHOT_PROJECTOR,)) -> SnapshotContents:
+    """Wait until every projector status covers the last CRR_EVENTS sequence; read the snapshot."""
+    js = nc.jetstream()
+
+    async def check() -> bool:
+        last = (await js.stream_info(EVENTS_STREAM)).state.last_seq
+        for subject in subjects:
+            st = await projector_status(nc, subject)
+            if st.last_seq < last or (projector_id is not None and st.projector_id != projector_id):
+                return False
+        return True
+
+    await eventually(check, timeout, "projector caught up")
+    return await read_snapshot(nc)
+
+
+async def stored_events(nc: Client) -> list[StoredMessage]:
+    """Every message CRR_EVENTS holds, in order (for duplicate checks)."""
+    out: list[StoredMessage] = []
+    reader = OrderedReader(nc, stream=EVENTS_STREAM, subject="crr.v1.>", handler=out.append,
+                           deliver=DeliverPolicy.ALL)
+    await reader.start()
+    try:
+        await reader.wait_ready(30)
+    finally:
+        await reader.stop()
+    return out

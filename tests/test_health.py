@@ -1,0 +1,86 @@
+"""`crr health` exit codes and output, and `crr latency`, against a real server and projector."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+
+import pytest
+from nats.aio.client import Client
+
+from bus.subjects import event_subject
+from ops.commands import health, latency
+from ops.reporter_health import FAILING_STATES
+from tests.projector_support import publish_catalog, publish_report, running_projector
+
+
+def _args(url: str, **kw: object) -> argparse.Namespace:
+    return argparse.Namespace(server=url, creds=None, tls_ca=None, reporter=None, **kw)
+
+
+async def _health_event(nc: Client, reporter: str, host: str, state: str, *, seq: int,
+                        detail: str | None = None, exit_code: int | None = None) -> int:
+    body = {"reporter": reporter, "host": host, "boot": "b1", "seq": seq, "state": state,
+            "at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+            "detail": detail, "exit_code": exit_code}
+    ack = await nc.jetstream().publish(event_subject("health", reporter, host),
+                                       json.dumps(body).encode(),
+                                       headers={"Nats-Msg-Id": f"{reporter}/{host}/b1/{seq}"})
+    return int(ack.seq)
+
+
+async def test_health_exit_codes(nc: Client, nats_url: str,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Exit 0 while every reporter is fine; 1 with the failing one first, in JSON and table."""
+    async with running_projector(nc) as projector:
+        await publish_catalog(nc)
+        await publish_report(nc, "scratch", "node1", {"scratch_free": 5.0})
+        seq = await publish_report(nc, "scratch", "node2", {"scratch_free": 6.0})
+        await projector.wait_until(seq)
+        assert await health.run(_args(nats_url, json=False)) == 0
+        assert "0 failing of 2" in capsys.readouterr().out
+        seq = await _health_event(nc, "scratch", "node2", "failed", seq=2,
+                                  detail="exit 3: df: /scratch: No such file", exit_code=3)
+        await projector.wait_until(seq)
+        assert await health.run(_args(nats_url, json=True)) == 1
+        rows = json.loads(capsys.readouterr().out)
+        assert rows[0]["host"] == "node2"
+        assert rows[0]["state"] == "failed"
+        assert rows[0]["failing"] is True
+        assert rows[0]["exit_code"] == 3
+        assert "No such file" in rows[0]["detail"]
+        assert rows[1]["failing"] is False
+        assert await health.run(_args(nats_url, json=False)) == 1
+        table = capsys.readouterr().out
+        assert table.splitlines()[1].split()[:3] == ["scratch", "node2", "failed"]
+        assert "\x1b[" not in table  # no ANSI when stdout is not a terminal
+        assert "1 failing of 2" in table
+
+
+def test_failing_states_are_the_documented_ones() -> None:
+    """The states that make `crr health` exit 1 are exactly the issue's list."""
+    assert {"failed", "timeout", "bad_output", "crashed", "quarantined", "silent",
+            "rejecting"} == FAILING_STATES
+
+
+async def test_latency_from_the_streams(nc: Client, nats_url: str,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """`crr latency` times reports to their snapshot records from CRR_EVENTS and CRR_SNAPSHOT."""
+    async with running_projector(nc) as projector:
+        await publish_catalog(nc)
+        seq = 0
+        for i, host in enumerate(["n1", "n2", "n3"]):
+            seq = await publish_report(nc, "scratch", host, {"scratch_free": float(i)})
+        await projector.wait_until(seq)
+        code = await latency.run(_args(nats_url, json=True, since="5m", watch=0.0))
+        assert code == 0
+        (row,) = json.loads(capsys.readouterr().out)
+        assert row["reporter"] == "scratch"
+        assert row["reports"] == 3
+        # One compacted record per host, each written for that host's report.
+        assert row["stored_to_snapshot"]["n"] == 3
+        assert 0 <= row["stored_to_snapshot"]["p50"] < 5
+        assert row["observed_to_stored"]["n"] == 3
+        assert await latency.run(_args(nats_url, json=False, since="5m", watch=0.0)) == 0
+        assert "OBSERVED→STORED" in capsys.readouterr().out
