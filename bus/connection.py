@@ -149,8 +149,40 @@ async def _on_disconnect() -> None:
     log.info("nats: disconnected")
 
 
-async def _on_reconnect() -> None:
-    log.info("nats: reconnected")
+ReconnectListener = Callable[[], None]
+_RECONNECT_LISTENERS = "crr_reconnect_listeners"
+
+
+def _reconnect_callback(listeners: list[ReconnectListener]) -> Callable[[], Any]:
+    async def on_reconnect() -> None:
+        log.info("nats: reconnected")
+        for listener in list(listeners):
+            try:
+                listener()
+            except Exception:  # a listener's bug must not break the connection
+                log.exception("reconnect listener failed")
+
+    return on_reconnect
+
+
+def add_reconnect_listener(nc: Client, listener: ReconnectListener) -> Callable[[], None]:
+    """Call `listener()` each time `nc` has reconnected; returns the remover.
+
+    For readers that must check the server's state after an outage (a
+    restarted server may have lost its last acknowledged messages).  Only
+    connections opened by `open_connection` carry listeners; on another
+    client this does nothing (and the remover too).
+    """
+    listeners: list[ReconnectListener] | None = nc.options.get(_RECONNECT_LISTENERS)
+    if listeners is None:
+        return lambda: None
+    listeners.append(listener)
+
+    def remove() -> None:
+        if listener in listeners:
+            listeners.remove(listener)
+
+    return remove
 
 
 async def open_connection(
@@ -171,6 +203,7 @@ async def open_connection(
     if creds is not None and not os.path.isfile(creds):  # noqa: ASYNC240 - one stat, at startup
         raise AuthError(f"credentials file not found: {creds}")
     listeners: list[ErrorListener] = []
+    reconnect_listeners: list[ReconnectListener] = []
     seen: list[Exception] = []
     fatal = asyncio.Event()
     shown = ",".join(_redact(s) for s in servers)  # for messages: no user:password@
@@ -190,7 +223,7 @@ async def open_connection(
         "reconnect_to_server_handler": _pick_server,
         "error_cb": _error_callback(listeners, seen, fatal),
         "disconnected_cb": _on_disconnect,
-        "reconnected_cb": _on_reconnect,
+        "reconnected_cb": _reconnect_callback(reconnect_listeners),
         "pending_size": 64 * 1024 * 1024,
     }
     if creds is not None:
@@ -230,6 +263,7 @@ async def open_connection(
                     ) from None
                 nc.options["max_reconnect_attempts"] = -1
                 nc.options[_LISTENERS] = listeners
+                nc.options[_RECONNECT_LISTENERS] = reconnect_listeners
                 return nc
     except tenacity.RetryError as exc:  # pragma: no cover - reraise=True makes this unreachable
         raise NotConnectedError(f"cannot reach NATS at {shown}") from exc

@@ -21,26 +21,43 @@ Readiness: `ready` is false until the last record that existed when the
 consumer was created has been applied; `select` and `explain` raise
 `NotReadyError` before that — "not loaded yet" is never "absent".
 
+Cold start: during the initial load the records are only kept (the last
+per subject, raw); when the consumer is caught up they are decoded and the
+`HostTable` is built column-wise in one go (`HostTable.load`), with the
+garbage collector paused for that synchronous step.  Live records after
+that are `upsert`ed one by one.
+
 Restarts: nats-py's ordered consumer notices missed heartbeats after a
 server restart (or any gap) and re-creates itself from the last stream
 sequence it delivered + 1, retrying until the server answers.  CRR_SNAPSHOT
 is compacted, so everything newer than `position` is exactly what the view
-missed; the view converges without a reload.
+missed — unless the server lost its last acknowledged messages (a SIGKILL
+with the default asynchronous flush) and re-used their sequence numbers.
+So after every reconnect the view compares the stream with its position
+(`last_seq` < position, or a different record stored at `position`) and,
+if the stream went backwards, reloads it into a fresh table on a new
+consumer and swaps it in at once: until then `ready` stays true and
+queries see the old table, never a half-loaded one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Final
 
 import msgspec
+import nats.errors
+import nats.js.errors
+import tenacity
 from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
+from bus.connection import add_reconnect_listener
 from bus.ordered import OrderedReader, StoredMessage
 from bus.subjects import (
     SNAPSHOT_CATALOG,
@@ -71,6 +88,37 @@ _catalog_decoder: msgspec.json.Decoder[Catalog] = DECODERS[Catalog]
 _status_decoder: msgspec.json.Decoder[ProjectorStatus] = DECODERS[ProjectorStatus]
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for a synchronous bulk build.
+
+    Decoding tens of thousands of snapshots creates millions of objects,
+    none of them garbage; generation scans would cost as much as the
+    decoding.  Nested use is safe.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+class _Load:
+    """A (re)load in progress: the records kept until the consumer has caught up."""
+
+    __slots__ = ("catalog", "cluster", "hosts", "position", "projector")
+
+    def __init__(self) -> None:
+        self.hosts: dict[str, StoredMessage] = {}
+        """Last record per host subject (empty data: the host was removed)."""
+        self.catalog: Catalog | None = None
+        self.cluster: ClusterSnapshot | None = None
+        self.projector: ProjectorStatus | None = None
+        self.position = 0
+
+
 class SchedulerView:
     """A scheduler's cached, live copy of CRR_SNAPSHOT (see the module doc).
 
@@ -93,6 +141,13 @@ class SchedulerView:
         self.cluster: ClusterSnapshot | None = None
         self.projector: ProjectorStatus | None = None
         self._reader: OrderedReader | None = None
+        self._generation = 0
+        """Bumped for each consumer: records of a replaced one are ignored."""
+        self._load: _Load | None = None
+        self._last: StoredMessage | None = None
+        """The last record handled (what the stream should still hold at its seq)."""
+        self._remove_reconnect: Callable[[], None] | None = None
+        self._check: asyncio.Task[None] | None = None
         self._position = 0
         self._projector_position = 0
         self._loaded = asyncio.Event()
@@ -103,6 +158,8 @@ class SchedulerView:
         """Records applied since `start`."""
         self.rejected = 0
         """Records that could not be decoded (logged and skipped)."""
+        self.reloads = 0
+        """Full reloads after the stream went backwards (see the module doc)."""
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -110,13 +167,26 @@ class SchedulerView:
         """Subscribe (one ordered consumer, DeliverLastPerSubject); returns at once."""
         if self._reader is not None:
             raise CrrError("scheduler view already started")
+        self._remove_reconnect = add_reconnect_listener(self._nc, self._on_reconnect)
+        await self._subscribe()
+
+    async def _subscribe(self) -> None:
+        """A new consumer (DeliverLastPerSubject) loading into a new `_Load`."""
+        self._generation += 1
+        generation = self._generation
+        load = self._load = _Load()
+
+        def handler(m: StoredMessage) -> None:
+            if generation == self._generation:
+                self._apply(m)
+
         self._reader = OrderedReader(
-            self._nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_FILTER, handler=self._apply,
+            self._nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_FILTER, handler=handler,
             deliver=DeliverPolicy.LAST_PER_SUBJECT, idle_heartbeat=self._idle_heartbeat,
         )
         await self._reader.start()
-        if self._reader.ready.is_set():  # the stream was empty
-            self._loaded.set()
+        if self._reader.ready.is_set() and self._load is load:  # the stream was empty
+            self._finish(load)
 
     async def wait_ready(self, timeout: float = 30.0) -> None:
         """Wait until the initial load is complete (CrrTimeoutError otherwise)."""
@@ -132,6 +202,15 @@ class SchedulerView:
 
     async def stop(self) -> None:
         """Unsubscribe; pending `wait_until` calls fail with NotReadyError."""
+        if self._remove_reconnect is not None:
+            self._remove_reconnect()
+            self._remove_reconnect = None
+        if self._check is not None:
+            self._check.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._check
+            self._check = None
+        self._generation += 1
         if self._reader is not None:
             await self._reader.stop()
             self._reader = None
@@ -242,39 +321,156 @@ class SchedulerView:
 
     def _apply(self, m: StoredMessage) -> None:
         subject = m.subject
-        try:
+        load = self._load
+        if load is not None:
+            # Loading: keep the record; the table is built when the consumer caught up.
             if subject.startswith(SNAPSHOT_HOST_PREFIX):
-                if m.data:
-                    self.table.upsert(_host_decoder.decode(m.data))
-                else:  # a purge or delete marker: the host is gone
-                    self.table.remove(untoken(subject[len(SNAPSHOT_HOST_PREFIX):]))
-            elif subject == SNAPSHOT_PROJECTOR:
-                self.projector = _status_decoder.decode(m.data)
-                self._projector_position = max(self._projector_position, self.projector.last_seq)
+                load.hosts[subject] = m
+            else:
+                self._apply_other(m, load)
+            load.position = m.seq
+        else:
+            try:
+                if subject.startswith(SNAPSHOT_HOST_PREFIX):
+                    if m.data:
+                        self.table.upsert(_host_decoder.decode(m.data))
+                    else:  # a purge or delete marker: the host is gone
+                        self.table.remove(untoken(subject[len(SNAPSHOT_HOST_PREFIX):]))
+                else:
+                    self._apply_other(m, None)
+            except (msgspec.ValidationError, msgspec.DecodeError, SubjectError) as exc:
+                self._reject(m, exc)
+            self._position = m.seq
+        self._last = m
+        self.applied += 1
+        if load is not None and m.pending == 0:
+            self._finish(load)
+        elif self._waiters:
+            self._release_waiters()
+        if self._listeners:
+            for listener in tuple(self._listeners):
+                try:
+                    listener(subject)
+                except Exception:  # a listener's bug must not stop the view
+                    log.exception("scheduler view listener %r failed", listener)
+
+    def _apply_other(self, m: StoredMessage, load: _Load | None) -> None:
+        """The projector, cluster and catalog records: into `load`, or live into the view."""
+        subject = m.subject
+        try:
+            if subject == SNAPSHOT_PROJECTOR:
+                status = _status_decoder.decode(m.data)
+                if load is not None:
+                    load.projector = status
+                else:
+                    self.projector = status
+                    self._projector_position = max(self._projector_position, status.last_seq)
             elif subject == SNAPSHOT_CLUSTER:
-                self.cluster = _cluster_decoder.decode(m.data)
-                self.table.set_cluster(self.cluster)
+                cluster = _cluster_decoder.decode(m.data)
+                if load is not None:
+                    load.cluster = cluster
+                else:
+                    self.cluster = cluster
+                    self.table.set_cluster(cluster)
             elif subject == SNAPSHOT_CATALOG:
                 catalog = _catalog_decoder.decode(m.data)
-                if catalog != self.catalog:
+                if load is not None:
+                    load.catalog = catalog
+                elif catalog != self.catalog:
                     self.catalog = catalog
                     self.table.set_catalog(catalog)
                     self._compiled.clear()
-        except (msgspec.ValidationError, msgspec.DecodeError, SubjectError) as exc:
-            self.rejected += 1
-            log.warning("scheduler view: skipping record %d on %s: %s", m.seq, subject, exc)
-        self._position = m.seq
-        self.applied += 1
-        if m.pending == 0 and not self._loaded.is_set():
-            self._loaded.set()
-            log.info("scheduler view ready at seq %d (%d hosts)", m.seq, len(self.table))
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            self._reject(m, exc)
+
+    def _reject(self, m: StoredMessage, exc: Exception) -> None:
+        self.rejected += 1
+        log.warning("scheduler view: skipping record %d on %s: %s", m.seq, m.subject, exc)
+
+    def _decoded_hosts(self, load: _Load) -> Iterator[HostSnapshot]:
+        """The kept host records, decoded one by one (undecodable ones counted and skipped)."""
+        decode = _host_decoder.decode
+        for m in load.hosts.values():
+            if m.data:
+                try:
+                    yield decode(m.data)
+                except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                    self._reject(m, exc)
+
+    def _finish(self, load: _Load) -> None:
+        """Build the loaded table column-wise and swap it in, all in one synchronous step."""
+        table = HostTable(load.catalog)
+        with _gc_paused():
+            table.load(self._decoded_hosts(load))
+        if load.cluster is not None:
+            table.set_cluster(load.cluster)
+        reload = self._loaded.is_set()
+        # The swap: no await in between, so readers see the old state or the new one.
+        self.table = table
+        if load.catalog != self.catalog:
+            self._compiled.clear()
+        self.catalog = load.catalog
+        self.cluster = load.cluster
+        self.projector = load.projector
+        self._projector_position = load.projector.last_seq if load.projector else 0
+        self._position = load.position
+        self._load = None
+        self._loaded.set()
+        log.info("scheduler view %s at seq %d (%d hosts)", "reloaded" if reload else "ready",
+                 load.position, len(table))
         if self._waiters:
             self._release_waiters()
-        for listener in tuple(self._listeners):
-            try:
-                listener(subject)
-            except Exception:  # a listener's bug must not stop the view
-                log.exception("scheduler view listener %r failed", listener)
+
+    # -- the stream going backwards (see the module doc) -------------------------
+
+    def _on_reconnect(self) -> None:
+        if self._check is None or self._check.done():
+            self._check = asyncio.get_running_loop().create_task(self._check_sequence())
+
+    async def _check_sequence(self) -> None:
+        """After a reconnect: reload if the stream no longer holds what the view applied."""
+        js = self._nc.jetstream(timeout=2.0)
+        try:
+            async for attempt in tenacity.AsyncRetrying(
+                stop=tenacity.stop_after_delay(60),
+                wait=tenacity.wait_exponential(multiplier=0.05, max=2.0)
+                + tenacity.wait_random(0, 0.1),
+                retry=tenacity.retry_if_exception_type((nats.errors.Error, TimeoutError)),
+                reraise=True,
+            ):
+                with attempt:
+                    last = self._last
+                    info = await js.stream_info(SNAPSHOT_STREAM)
+                    regressed = last is not None and info.state.last_seq < last.seq
+                    if last is not None and not regressed:
+                        regressed = not await self._still_stored(last)
+        except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+            log.warning("scheduler view: cannot check %s after a reconnect: %s",
+                        SNAPSHOT_STREAM, exc)
+            return
+        if regressed:
+            assert last is not None
+            log.warning("scheduler view: %s went backwards (last_seq %d, view at %d): the "
+                        "server lost acknowledged records; reloading", SNAPSHOT_STREAM,
+                        info.state.last_seq, last.seq)
+            await self._reload()
+
+    async def _still_stored(self, last: StoredMessage) -> bool:
+        """Whether the stream still holds `last` at its sequence (superseded counts as yes)."""
+        try:
+            stored = await self._nc.jetstream(timeout=2.0).get_msg(SNAPSHOT_STREAM, seq=last.seq)
+        except nats.js.errors.NotFoundError:
+            return True  # superseded by a newer record on its subject, which the consumer gets
+        return stored.subject == last.subject and (stored.data or b"") == last.data
+
+    async def _reload(self) -> None:
+        """Load the stream again on a new consumer; the old table serves until the swap."""
+        self.reloads += 1
+        old = self._reader
+        self._generation += 1  # the old consumer's records are ignored from here on
+        if old is not None:
+            await old.stop()
+        await self._subscribe()
 
     def _release_waiters(self) -> None:
         if not self._loaded.is_set():

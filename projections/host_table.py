@@ -96,6 +96,9 @@ _SEPARATORS: Final = ((4, "-"), (7, "-"), (10, "T"), (13, ":"), (16, ":"), (19, 
 _MONTH_DAYS: Final = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.int64)
 _STATE_CODES: Final = {"fresh": FRESH, "stale": STALE}
 _ENTRY_FIELDS: Final = operator.attrgetter("state", "expires_at", "value")
+_Gathered = tuple[list[int], list[tuple[str, str, Any]]]
+"""One column's values before it is built: rows, and (state, expires_at, value) per row."""
+_NOTHING: Final[_Gathered] = ([], [])
 
 
 def expires_many(texts: list[str]) -> FloatArray:
@@ -361,32 +364,49 @@ class HostTable:
         """Insert many snapshots at once (a cold start), built column-wise.
 
         Gives the state that upserting each snapshot in turn would: the same
-        rows (in order of first appearance; a later snapshot of a host
-        replaces the earlier one), stored snapshots, capacity and column
-        contents — only string-pool codes may be numbered differently when a
-        host appears more than once (codes are an internal encoding; `ranks`
-        orders them).  On a table that already has hosts this falls back to
+        rows (in order of first appearance), stored snapshots, capacity,
+        string pool and column contents.  `snapshots` is consumed once, in
+        order: a generator that decodes records one by one keeps each one hot
+        in the CPU cache while its values are gathered.  A host seen again is
+        upserted after the build; on a table that already has hosts this is
         `upsert` per snapshot.
         """
         if self._rows:
             for snap in snapshots:
                 self.upsert(snap)
             return
-        latest: dict[str, HostSnapshot] = {}
+        rows: dict[str, int] = {}
+        snaps: list[HostSnapshot | None] = []
+        later: list[HostSnapshot] = []
+        gathered: dict[str, _Gathered] = {}
+        fields = _ENTRY_FIELDS
         for snap in snapshots:
-            latest[snap.host] = snap
-        n = len(latest)
+            host = snap.host
+            if host in rows:
+                later.append(snap)
+                continue
+            row = rows[host] = len(snaps)
+            snaps.append(snap)
+            for name, entry in snap.values.items():
+                lists = gathered.get(name)
+                if lists is None:
+                    lists = gathered[name] = ([], [])
+                lists[0].append(row)
+                lists[1].append(fields(entry))
+        n = len(snaps)
         capacity = self._capacity
         while capacity < n:
             capacity *= 2
         self._capacity = capacity
-        self._names = [*latest, *([None] * (capacity - n))]
-        self._snaps = [*latest.values(), *([None] * (capacity - n))]
-        self._rows = dict(zip(latest, range(n), strict=True))
+        self._names = [*rows, *([None] * (capacity - n))]
+        self._snaps = [*snaps, *([None] * (capacity - n))]
+        self._rows = rows
         self._free = list(range(capacity - 1, n - 1, -1))  # popped from the end: low rows first
         self._order = None
         self._sorted_names = None
-        self._build_columns()
+        self._build_columns(gathered)
+        for snap in later:
+            self.upsert(snap)
 
     def upsert(self, snapshot: HostSnapshot) -> None:
         """Insert or replace one host's snapshot."""
@@ -575,12 +595,13 @@ class HostTable:
                     if mcol is not None:
                         mcol[row] = m in new
 
-    def _build_columns(self) -> None:
+    def _build_columns(self, gathered: dict[str, _Gathered] | None = None) -> None:
         """(Re)build every host column from the stored snapshots, column-wise.
 
         The same state as `_write` of every stored entry, row by row: one pass
-        over the entries gathers each column's (row, state, expires_at, value),
-        then each column is filled with a few numpy assignments.
+        over the entries gathers each column's (row, state, expires_at, value)
+        (`load` passes them in, gathered as it went), then each column is
+        filled with a few numpy assignments.
         """
         self._pool = {}
         self._strings = []
@@ -590,23 +611,22 @@ class HostTable:
             for name, spec in sorted(self._catalog.resources.items())
             if spec.scope == "host"
         }
-        gathered: dict[str, tuple[list[int], list[tuple[str, str, Any]]]] = {
-            name: ([], []) for name in self._columns
-        }
-        get = gathered.get
-        fields = _ENTRY_FIELDS
-        snaps = self._snaps
-        for row in sorted(self._rows.values()):
-            snap = snaps[row]
-            assert snap is not None, row
-            for name, entry in snap.values.items():
-                lists = get(name)
-                if lists is not None:
-                    lists[0].append(row)
-                    lists[1].append(fields(entry))
+        if gathered is None:
+            gathered = {name: ([], []) for name in self._columns}
+            get = gathered.get
+            fields = _ENTRY_FIELDS
+            snaps = self._snaps
+            for row in sorted(self._rows.values()):
+                snap = snaps[row]
+                assert snap is not None, row
+                for name, entry in snap.values.items():
+                    lists = get(name)
+                    if lists is not None:
+                        lists[0].append(row)
+                        lists[1].append(fields(entry))
         strings: list[tuple[Column, IntArray, list[str]]] = []
         for name, col in self._columns.items():
-            rows, triples = gathered[name]
+            rows, triples = gathered.get(name, _NOTHING)
             if rows:
                 fresh_strings = self._fill(col, rows, triples)
                 if fresh_strings is not None:

@@ -1,0 +1,613 @@
+"""`crr bench`: the whole pipeline on one machine, every figure beside a baseline from the same run.
+
+    crr bench [--quick] [--hosts N] [--out DIR] [--soak 30m]
+    python -m ops.bench.suite ...          (the same)
+
+An embedded nats-server, the projector as a separate process (`crr
+projector`, as in production), the simulated reporters
+(`producers.simulator.Fleet` through `bus.pipeline_publish`) and the
+scheduler view (`ops.view.SchedulerView`) in this process.  Measured:
+
+1. report → view latency p50/p99 at a fixed offered rate (50k hosts @ 10 s
+   = 5k reports/s; `--quick`: 10k hosts @ 4 s), and stale-detection
+   lateness (a silent host's `expires_at` → `stale` visible in the view);
+2. throughput vs offered load (a ramp), with zero loss checked at the end
+   (every host's snapshot equals the last valid report the simulator sent);
+3. maximum end-to-end rate: pre-generated reports published as fast as the
+   pipeline takes them, until the projector has written them to
+   CRR_SNAPSHOT — beside raw nats-py `publish_async` of the same messages
+   into a stream with the same settings (issue 2's goal: ≥ 40%);
+4. view cold start for all hosts vs a raw ordered-consumer read of
+   CRR_SNAPSHOT (each in a fresh child process, which also gives the view's
+   RSS per host);
+5. `select[]` host-evaluations/s vs the hand-written lambda (and ClassAd
+   when `htcondor` is importable), reusing `ops.bench.select`;
+6. projector RSS per host.
+
+Writes `bench-results.json` and, when matplotlib is installed (the optional
+`bench` extra), `bench-plot.png` (latency CDF; throughput vs offered load).
+`--soak DURATION` runs the fixed load for DURATION with RSS sampled every
+10 s and prints the trend instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js.api import StreamConfig
+
+from bus.connection import connect
+from bus.ordered import OrderedReader, StoredMessage
+from bus.pipeline_publish import PipelinePublisher
+from bus.server import NatsServer
+from bus.streams import provision
+from bus.subjects import (
+    CATALOG,
+    EVENTS_STREAM,
+    SNAPSHOT_PROJECTOR,
+    SNAPSHOT_STREAM,
+    host_snapshot_subject,
+)
+from ops.bench import select as sb
+from ops.snapshot_reader import read_snapshot
+from ops.view import SchedulerView
+from producers.simulator import SILENT, Event, Faults, Fleet, run_fleet, sim_catalog
+from projections.host_table import HostTable
+from projections.select import compile_select
+from schemas.codec import decode, encode
+from schemas.duration import parse_duration
+from schemas.errors import CrrError
+from schemas.snapshot import ProjectorStatus
+from schemas.timestamps import parse_time
+
+RESOURCES = 20
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes of one run."""
+
+    hosts: int
+    latency_interval: float
+    latency_duration: float
+    loads: tuple[int, ...]
+    ramp_duration: float
+    max_events: int
+    select_hosts: int
+
+
+FULL = Plan(hosts=50_000, latency_interval=10.0, latency_duration=40.0,
+            loads=(5_000, 10_000, 15_000, 20_000), ramp_duration=15.0, max_events=150_000,
+            select_hosts=50_000)
+QUICK = Plan(hosts=10_000, latency_interval=4.0, latency_duration=9.0,
+             loads=(2_500, 5_000, 10_000), ramp_duration=4.0, max_events=40_000,
+             select_hosts=10_000)
+
+
+def log(text: str) -> None:
+    """Progress lines on stderr."""
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def rss_bytes(pid: int | None = None) -> int:
+    """Resident set size of a process (this one by default), from /proc."""
+    path = f"/proc/{pid or os.getpid()}/status"
+    with open(path, encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def percentile(xs: list[float], p: float) -> float:
+    """The p-th percentile (nearest rank) of `xs` (nan when empty)."""
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))]
+
+
+async def projector_seq(nc: Client) -> int:
+    """The CRR_EVENTS sequence the projector last reported as written (0: none yet)."""
+    try:
+        msg = await nc.jetstream().get_last_msg(SNAPSHOT_STREAM, SNAPSHOT_PROJECTOR)
+    except nats.js.errors.NotFoundError:
+        return 0
+    return decode(msg.data, ProjectorStatus).last_seq if msg.data else 0
+
+
+async def wait_projector(nc: Client, seq: int, timeout: float) -> float:
+    """Poll the projector's status until it covers `seq`; returns when (monotonic)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await projector_seq(nc) >= seq:
+            return time.monotonic()
+        await asyncio.sleep(0.02)
+    raise CrrError(f"projector did not reach events seq {seq} within {timeout:g}s")
+
+
+class ProjectorProcess:
+    """`crr projector` as a child process."""
+
+    def __init__(self, url: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ops.cli", "projector", "--server", url],
+            stdin=subprocess.DEVNULL)
+
+    @property
+    def rss(self) -> int:
+        """Its resident set size now."""
+        return rss_bytes(self.proc.pid)
+
+    def stop(self) -> None:
+        """SIGTERM, then wait (kill after 10 s)."""
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# -- 1. latency and stale lateness (simulator in a child process, view here) ---------
+
+
+async def latency_phase(nc: Client, url: str, plan: Plan, duration: float, *,
+                        projector: ProjectorProcess, sample_rss: bool = False,
+                        ) -> dict[str, Any]:
+    """Fixed offered load from `crr sim reporters` in a child process; the view here.
+
+    Latency: the time a host's record reaches the view minus the report's
+    `observed_at` (the simulator stamps it when it publishes; one clock, one
+    machine; millisecond resolution).  Stale lateness: a silent host's record
+    turning all-stale in the view minus its `expires_at`.
+    """
+    faults = "silent=0.01"
+    fleet = Fleet(sim_catalog(RESOURCES, plan.latency_interval), plan.hosts, seed=11,
+                  faults=Faults.parse(faults))  # the same names and roles as the child's
+    index = {host_snapshot_subject(h): i for i, h in enumerate(fleet.names)}
+    last_seen = [""] * len(fleet)
+    latencies: list[float] = []
+    lateness: list[float] = []
+    silent_open = {i for i in range(len(fleet)) if fleet.role[i] == SILENT}
+    view = SchedulerView(nc)
+    await view.start()
+    await view.wait_ready(120)
+
+    def on_record(subject: str) -> None:
+        i = index.get(subject)
+        if i is None:
+            return
+        snap = view.table.get(fleet.names[i])
+        if snap is None or not snap.values:
+            return
+        now = time.time()
+        entry = next(iter(snap.values.values()))
+        if entry.state == "fresh" and entry.observed_at != last_seen[i]:
+            last_seen[i] = entry.observed_at
+            latencies.append(now - parse_time(entry.observed_at))
+        elif i in silent_open and all(e.state == "stale" for e in snap.values.values()):
+            lateness.append(now - max(parse_time(e.expires_at) for e in snap.values.values()))
+            silent_open.discard(i)
+
+    unsubscribe = view.subscribe(on_record)
+    samples: list[tuple[float, int, int]] = []
+    t0 = time.monotonic()
+    sim = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "ops.cli", "sim", "reporters", "--server", url,
+        "--hosts", str(plan.hosts), "--interval", str(plan.latency_interval),
+        "--duration", str(duration), "--seed", "11", "--faults", faults, "--json",
+        stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
+    assert sim.stdout is not None
+    reading = asyncio.create_task(sim.stdout.read())
+    while not reading.done():
+        if sample_rss:
+            samples.append((time.monotonic() - t0, projector.rss, rss_bytes()))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(reading), 10.0)
+    await sim.wait()
+    summary = json.loads(await reading)
+    await view.wait_until(summary["last_seq"], 120)
+    unsubscribe()
+    view_rss = rss_bytes()
+    await view.stop()
+    return {
+        "hosts": plan.hosts, "interval": plan.latency_interval,
+        "offered_rate": summary["offered_rate"], "achieved_rate": summary["rate"],
+        "events": summary["events"], "duration": summary["elapsed"],
+        "latency_ms": sorted(x * 1e3 for x in latencies),
+        "latency_p50_ms": percentile(latencies, 50) * 1e3,
+        "latency_p99_ms": percentile(latencies, 99) * 1e3,
+        "latency_samples": len(latencies),
+        "stale_lateness_ms": sorted(x * 1e3 for x in lateness),
+        "stale_p50_ms": percentile(lateness, 50) * 1e3,
+        "stale_p99_ms": percentile(lateness, 99) * 1e3,
+        "stale_samples": len(lateness), "silent_hosts": sum(r == SILENT for r in fleet.role),
+        "view_process_rss": view_rss,
+        "rss_samples": [{"t": t, "projector": p, "view": v} for t, p, v in samples],
+    }
+
+
+# -- 2. throughput vs offered load, zero loss ----------------------------------------
+
+
+async def ramp_phase(nc: Client, catalog: Any, plan: Plan) -> dict[str, Any]:
+    """Each offered load for `ramp_duration`; e2e rate until the projector caught up."""
+    steps: list[dict[str, Any]] = []
+    fleet: Fleet | None = None
+    for load in plan.loads:
+        fleet = Fleet(catalog, plan.hosts, seed=5)
+        interval = plan.hosts / load
+        async with PipelinePublisher(nc) as pipe:
+            start = time.monotonic()
+            stats = await run_fleet(fleet, pipe.publish, interval=interval,
+                                    duration=plan.ramp_duration)
+            await pipe.flush(60)
+            published = time.monotonic()
+            done = await wait_projector(nc, pipe.stats.last_seq, 300)
+        e2e = stats.events / (done - start)
+        step = {"offered": load, "published_rate": stats.rate, "e2e_rate": e2e,
+                "events": stats.events, "catch_up_s": done - published,
+                "publisher_behind_s": stats.behind, "acked": pipe.stats.acked,
+                "rejected": pipe.stats.rejected}
+        steps.append(step)
+        log(f"ramp {load}/s: published {stats.rate:,.0f}/s, end-to-end {e2e:,.0f}/s, "
+            f"caught up {done - published:.2f}s after the last publish")
+    assert fleet is not None
+    contents = await read_snapshot(nc, 120)
+    lost = 0
+    for i, name in enumerate(fleet.names):
+        snap = contents.hosts.get(name)
+        got = ({n: e.value if e.state == "fresh" else e.last_value
+                for n, e in snap.values.items()} if snap else {})
+        lost += got != fleet.expected[i]
+    sustained = max((s["offered"] for s in steps
+                     if s["e2e_rate"] >= 0.95 * s["offered"] and s["catch_up_s"] < 2.0),
+                    default=0)
+    return {"steps": steps, "hosts_checked": len(fleet), "hosts_mismatched": lost,
+            "max_sustained_offered": sustained}
+
+
+# -- 3. maximum end-to-end rate vs raw publish_async --------------------------------
+
+
+def pregenerate(catalog: Any, hosts: int, events: int, seed: int = 21) -> list[Event]:
+    """`events` reports of a fresh fleet, in schedule order (the same messages for both)."""
+    fleet = Fleet(catalog, hosts, seed=seed)
+    out: list[Event] = []
+    k = 0
+    while len(out) < events:
+        out.extend(fleet.events(k % hosts, "2026-12-02T14:00:00.000Z"))
+        k += 1
+    return out[:events]
+
+
+async def raw_publish_async(nc: Client, msgs: list[Event]) -> float:
+    """Raw nats-py `publish_async` of `msgs` into a same-config stream; returns msgs/s."""
+    js = nc.jetstream()
+    info = await js.stream_info(EVENTS_STREAM)
+    cfg: StreamConfig = info.config
+    with contextlib.suppress(nats.js.errors.NotFoundError):
+        await js.delete_stream("BENCH_RAW")
+    await js.add_stream(StreamConfig(
+        name="BENCH_RAW", subjects=["raw.>"], storage=cfg.storage, retention=cfg.retention,
+        max_age=cfg.max_age, duplicate_window=cfg.duplicate_window))
+    start = time.perf_counter()
+    for subject, payload, headers in msgs:
+        await js.publish_async("raw." + subject, payload, headers=headers)
+    await asyncio.wait_for(js.publish_async_completed(), 120)
+    rate = len(msgs) / (time.perf_counter() - start)
+    await js.delete_stream("BENCH_RAW")
+    return rate
+
+
+async def max_phase(nc: Client, catalog: Any, plan: Plan) -> dict[str, Any]:
+    """Pre-generated messages: pipeline publish → projector → CRR_SNAPSHOT, vs raw."""
+    msgs = pregenerate(catalog, plan.hosts, plan.max_events)
+    raw = await raw_publish_async(nc, msgs)
+    log(f"raw publish_async: {raw:,.0f} msgs/s")
+    async with PipelinePublisher(nc) as pipe:
+        start = time.monotonic()
+        for subject, payload, headers in msgs:
+            await pipe.publish(subject, payload, headers)
+        await pipe.flush(60)
+        published = time.monotonic()
+        done = await wait_projector(nc, pipe.stats.last_seq, 600)
+    pub_rate = len(msgs) / (published - start)
+    e2e = len(msgs) / (done - start)
+    log(f"max: pipeline publish {pub_rate:,.0f}/s, end-to-end into CRR_SNAPSHOT {e2e:,.0f}/s")
+    return {"events": len(msgs), "raw_publish_async_rate": raw, "pipeline_publish_rate": pub_rate,
+            "e2e_rate": e2e, "e2e_vs_raw": e2e / raw}
+
+
+# -- 4. cold start (child processes) -------------------------------------------------
+
+
+async def _child_cold_start(url: str, mode: str) -> dict[str, Any]:
+    base = rss_bytes()
+    async with connect(url, name=f"crr-bench-{mode}") as nc:
+        start = time.perf_counter()
+        if mode == "view":
+            view = SchedulerView(nc)
+            await view.start()
+            await view.wait_ready(300)
+            took = time.perf_counter() - start
+            hosts = len(view.table)
+            out = {"seconds": took, "hosts": hosts, "rss_delta": rss_bytes() - base}
+            await view.stop()
+            return out
+        count = 0
+
+        def noop(_m: StoredMessage) -> None:
+            nonlocal count
+            count += 1
+
+        reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
+                               handler=noop)
+        await reader.start()
+        await reader.wait_ready(300)
+        took = time.perf_counter() - start
+        await reader.stop()
+        return {"seconds": took, "records": count}
+
+
+def cold_start(url: str, mode: str) -> dict[str, Any]:
+    """Run `_child_cold_start` in a fresh interpreter; its JSON result."""
+    out = subprocess.run(
+        [sys.executable, "-m", "ops.bench.suite", "--child", mode, "--server", url],
+        capture_output=True, text=True, timeout=600, check=True)
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+# -- 5. select[] --------------------------------------------------------------------
+
+
+def select_phase(n: int) -> dict[str, Any]:
+    """Host-evaluations/s of compiled select[] vs the lambda (and ClassAd), per case."""
+    snaps, dicts = sb.make_hosts(n, 1)
+    table = HostTable(sb.CATALOG)
+    for snap in snaps:
+        table.upsert(snap)
+    rows = [(d["_host"], d) for d in dicts]
+    classad, why = sb._classad()
+    ads = ([(d["_host"], classad.ClassAd(sb._ad_dict(d, None))) for d in dicts]
+           if classad is not None else [])
+    out: dict[str, Any] = {"hosts": n, "classad": why or "yes", "cases": {}}
+    for case in sb.cases(None):
+        compiled = compile_select(case.select, sb.CATALOG)
+        sel = sb._best(functools.partial(compiled.select, table, sb.NOW), 3, 3)
+        lam = sb._best(functools.partial(sb._filter, case.python, rows), 3)
+        entry = {"select_per_s": n / sel, "lambda_per_s": n / lam}
+        if classad is not None:
+            tree = classad.ExprTree(case.classad)
+            ca = sb._best(functools.partial(sb._classad_filter, tree, ads), 1)
+            entry["classad_per_s"] = n / ca
+        out["cases"][case.label] = entry
+    return out
+
+
+# -- report ---------------------------------------------------------------------------
+
+
+def _mb(b: float) -> str:
+    return f"{b / 1e6:,.0f} MB"
+
+
+def table(res: dict[str, Any]) -> str:
+    """The results table: figure | baseline | ratio | goal."""
+    rows: list[tuple[str, str, str, str, str]] = []
+    lat = res["latency"]
+    rows.append((f"report→view latency p50 @ {lat['offered_rate']:,.0f}/s",
+                 f"{lat['latency_p50_ms']:.1f} ms", "—", "", "< 10 ms"))
+    rows.append((f"report→view latency p99 @ {lat['offered_rate']:,.0f}/s",
+                 f"{lat['latency_p99_ms']:.1f} ms", "—", "", "< 50 ms"))
+    rows.append(("stale lateness p50 / p99",
+                 f"{lat['stale_p50_ms']:.0f} / {lat['stale_p99_ms']:.0f} ms "
+                 f"(n={lat['stale_samples']})", "—", "", "p99 ≤ 250 ms"))
+    if "ramp" in res:
+        ramp = res["ramp"]
+        best = max(s["e2e_rate"] for s in ramp["steps"])
+        rows.append(("max sustained offered load (zero loss)",
+                     f"{ramp['max_sustained_offered']:,}/s",
+                     f"{res['max']['raw_publish_async_rate']:,.0f}/s raw",
+                     f"{ramp['max_sustained_offered'] / res['max']['raw_publish_async_rate']:.0%}",
+                     "≥ 20k/s"))
+        rows.append(("zero loss: hosts whose snapshot ≠ last report",
+                     f"{ramp['hosts_mismatched']} of {ramp['hosts_checked']}", "—", "", "0"))
+        rows.append(("best ramp end-to-end rate", f"{best:,.0f}/s", "", "", ""))
+    if "max" in res:
+        m = res["max"]
+        rows.append(("e2e reports/s into CRR_SNAPSHOT (pre-generated)", f"{m['e2e_rate']:,.0f}/s",
+                     f"{m['raw_publish_async_rate']:,.0f}/s raw publish_async",
+                     f"{m['e2e_vs_raw']:.0%}", "≥ 40% of raw"))
+        rows.append(("crr pipelined publish (same messages)",
+                     f"{m['pipeline_publish_rate']:,.0f}/s",
+                     f"{m['raw_publish_async_rate']:,.0f}/s raw",
+                     f"{m['pipeline_publish_rate'] / m['raw_publish_async_rate']:.0%}", ""))
+    if "cold_view" in res:
+        v, r = res["cold_view"], res["cold_raw"]
+        rows.append((f"view cold start, {v['hosts']:,} hosts", f"{v['seconds'] * 1e3:,.0f} ms",
+                     f"{r['seconds'] * 1e3:,.0f} ms raw ordered read",
+                     f"{v['seconds'] / r['seconds']:.1f}x", "≤ 1 s"))
+        rows.append(("view RSS per host", f"{v['rss_delta'] / max(v['hosts'], 1) / 1e3:.1f} kB",
+                     _mb(v["rss_delta"]), "", ""))
+    if "projector_rss" in res:
+        p = res["projector_rss"]
+        rows.append((f"projector RSS, {p['hosts']:,} hosts × {RESOURCES} values", _mb(p["rss"]),
+                     f"{p['rss'] / p['hosts'] / 1e3:.1f} kB/host", "", "≤ 400 MB at 50k"))
+    if "select" in res:
+        s = res["select"]
+        for label, c in s["cases"].items():
+            base = f"{c['lambda_per_s'] / 1e6:.2f} M/s lambda"
+            if "classad_per_s" in c:
+                base += f", {c['classad_per_s'] / 1e6:.2f} M/s ClassAd"
+            rows.append((f"select[] {label}, {s['hosts']:,} hosts",
+                         f"{c['select_per_s'] / 1e6:.2f} M/s", base,
+                         f"{c['select_per_s'] / c['lambda_per_s']:.1f}x lambda", ""))
+    widths = [max(len(r[k]) for r in [*rows, ("figure", "crr", "baseline", "ratio", "goal")])
+              for k in range(5)]
+    head = ("figure", "crr", "baseline", "ratio", "goal")
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def plot(res: dict[str, Any], path: Path) -> str:
+    """Latency CDF and throughput vs offered load; a message when matplotlib is missing."""
+    try:
+        import matplotlib as mpl  # noqa: PLC0415 - optional (the `bench` extra)
+
+        mpl.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415 - after choosing the backend
+    except ImportError:
+        return "plot skipped: matplotlib is not installed (pip install 'crr[bench]')"
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    lat = res["latency"]["latency_ms"]
+    if lat:
+        a.plot(lat, [(k + 1) / len(lat) for k in range(len(lat))])
+        a.set_xscale("log")
+    a.set_xlabel("report → view latency (ms)")
+    a.set_ylabel("fraction of reports")
+    a.set_title(f"latency CDF @ {res['latency']['offered_rate']:,.0f} reports/s")
+    a.grid(visible=True, which="both", alpha=0.3)
+    if "ramp" in res:
+        steps = res["ramp"]["steps"]
+        xs = [s["offered"] for s in steps]
+        b.plot(xs, [s["e2e_rate"] for s in steps], "o-", label="crr end-to-end")
+        b.plot(xs, [s["published_rate"] for s in steps], "s--", label="published")
+        b.plot(xs, xs, ":", color="grey", label="offered")
+        if "max" in res:
+            b.axhline(res["max"]["raw_publish_async_rate"], color="red", ls="--",
+                      label="raw publish_async")
+        b.legend()
+    b.set_xlabel("offered load (reports/s)")
+    b.set_ylabel("achieved (reports/s)")
+    b.set_title("throughput vs offered load")
+    b.grid(visible=True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return f"plot: {path}"
+
+
+# -- main -----------------------------------------------------------------------------
+
+
+async def bench(args: argparse.Namespace) -> int:
+    """Run the suite (or the soak) and print the table."""
+    plan = QUICK if args.quick else FULL
+    if args.hosts:
+        plan = Plan(**{**plan.__dict__, "hosts": args.hosts})
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before measuring
+    res: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
+                                       "platform": sys.platform},
+                           "plan": plan.__dict__, "quick": args.quick}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="crr-bench-") as store:
+        server = NatsServer(store, port=0)
+        await asyncio.to_thread(server.start)
+        projector: ProjectorProcess | None = None
+        try:
+            async with connect(server.url, name="crr-bench") as nc:
+                await provision(nc)
+                catalog = sim_catalog(RESOURCES, plan.latency_interval)
+                await nc.jetstream().publish(CATALOG, encode(catalog))
+                projector = ProjectorProcess(server.url)
+                await wait_projector(nc, 1, 60)
+                if args.soak:
+                    return await soak(nc, server.url, plan, parse_duration(args.soak),
+                                      projector=projector, out_dir=out_dir)
+                log(f"latency: {plan.hosts} hosts @ {plan.latency_interval:g}s for "
+                    f"{plan.latency_duration:g}s")
+                res["latency"] = await latency_phase(nc, server.url, plan, plan.latency_duration,
+                                                     projector=projector)
+                log(f"latency p50 {res['latency']['latency_p50_ms']:.1f} ms, "
+                    f"p99 {res['latency']['latency_p99_ms']:.1f} ms")
+                res["ramp"] = await ramp_phase(nc, catalog, plan)
+                res["projector_rss"] = {"hosts": plan.hosts, "rss": projector.rss}
+                res["max"] = await max_phase(nc, catalog, plan)
+                res["projector_rss_after_max"] = projector.rss
+                log("cold start (child processes)")
+                res["cold_raw"] = await asyncio.to_thread(cold_start, server.url, "raw")
+                res["cold_view"] = await asyncio.to_thread(cold_start, server.url, "view")
+        finally:
+            if projector is not None:
+                projector.stop()
+            await asyncio.to_thread(server.stop)
+    log(f"select[] over {plan.select_hosts} hosts")
+    res["select"] = select_phase(plan.select_hosts)
+    res["elapsed_s"] = time.monotonic() - started
+    (out_dir / "bench-results.json").write_text(json.dumps(res, indent=1))
+    print(table(res))
+    print(f"\nresults: {out_dir / 'bench-results.json'}; {plot(res, out_dir / 'bench-plot.png')}"
+          f"; took {res['elapsed_s']:.0f}s")
+    return 0 if res["ramp"]["hosts_mismatched"] == 0 else 1
+
+
+async def soak(nc: Client, url: str, plan: Plan, duration: float, *,
+               projector: ProjectorProcess, out_dir: Path) -> int:
+    """The fixed load for `duration` with RSS sampled every 10 s; prints the trend."""
+    log(f"soak: {plan.hosts} hosts @ {plan.latency_interval:g}s for {duration:g}s")
+    lat = await latency_phase(nc, url, plan, duration, projector=projector,
+                              sample_rss=True)
+    samples = lat["rss_samples"]
+    (out_dir / "bench-soak.json").write_text(json.dumps(lat, indent=1))
+    print(f"soak: {lat['events']} reports at {lat['achieved_rate']:,.0f}/s over "
+          f"{lat['duration']:.0f}s; latency p50 {lat['latency_p50_ms']:.1f} ms, "
+          f"p99 {lat['latency_p99_ms']:.1f} ms")
+    print(f"{'t (s)':>7} {'projector RSS':>14} {'view RSS':>13}")
+    for s in samples:
+        print(f"{s['t']:7.0f} {_mb(s['projector']):>14} {_mb(s['view']):>13}")
+    half = [s for s in samples if s["t"] >= samples[-1]["t"] / 2] if samples else []
+    if len(half) >= 2:
+        dt = (half[-1]["t"] - half[0]["t"]) / 60
+        for key in ("projector", "view"):
+            slope = (half[-1][key] - half[0][key]) / 1e6 / dt if dt else 0.0
+            print(f"{key} RSS trend over the second half: {slope:+.1f} MB/min")
+    return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of `crr bench` / `python -m ops.bench.suite`."""
+    p.add_argument("--quick", action="store_true", help="smaller sizes; under a minute")
+    p.add_argument("--hosts", type=int, default=None, help="override the host count")
+    p.add_argument("--out", default=".", help="directory for bench-results.json and the plot")
+    p.add_argument("--soak", default=None, metavar="DURATION",
+                   help="soak mode: the fixed load for DURATION (e.g. 30m), RSS sampled")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m ops.bench.suite`."""
+    parser = argparse.ArgumentParser(prog="python -m ops.bench.suite", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    parser.add_argument("--child", choices=["view", "raw"], help=argparse.SUPPRESS)
+    parser.add_argument("--server", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(asyncio.run(_child_cold_start(args.server, args.child))))
+        return 0
+    return asyncio.run(bench(args))
+
+
+run_main: Callable[[list[str] | None], int] = main
+
+if __name__ == "__main__":
+    sys.exit(main())
