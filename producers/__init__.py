@@ -1,1 +1,2 @@
-"""Producers of events: the worker agent, the script runner, the external reporter SDK, simulators."""
+"""Producers of events: the worker agent, the script runner, the external reporter SDK,
+and the simulators."""
