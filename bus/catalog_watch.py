@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
+import nats.errors
+import tenacity
 from nats.aio.client import Client
 
 from bus.ordered import OrderedReader, StoredMessage
@@ -38,3 +40,25 @@ async def watch_catalog(nc: Client) -> AsyncIterator[Catalog]:
             yield await queue.get()
     finally:
         await reader.stop()
+
+
+async def follow_catalog(nc: Client, apply: Callable[[Catalog], Awaitable[None]]) -> None:
+    """Call `apply` with the active catalog and every change, for good.
+
+    For long-running followers (agents, central runners): a missing stream
+    or a NATS error is retried with jittered back-off (tenacity), so a
+    follower may start before the streams exist or while the server is away
+    and keeps what it runs meanwhile.
+    """
+    retrying = tenacity.AsyncRetrying(
+        stop=tenacity.stop_never,
+        wait=tenacity.wait_exponential(multiplier=0.5, max=10.0) + tenacity.wait_random(0, 0.5),
+        retry=tenacity.retry_if_exception_type((nats.errors.Error, TimeoutError)),
+        before_sleep=lambda rs: log.warning(
+            "cannot follow the catalog (%s); retrying",
+            rs.outcome.exception() if rs.outcome else "?"),
+    )
+    async for attempt in retrying:
+        with attempt:
+            async for catalog in watch_catalog(nc):
+                await apply(catalog)

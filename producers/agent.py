@@ -19,11 +19,9 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
-import nats.errors
-import tenacity
 from nats.aio.client import Client
 
-from bus.catalog_watch import watch_catalog
+from bus.catalog_watch import follow_catalog
 from bus.outbox import Outbox
 from producers.publisher import ReporterPublisher
 from producers.runner import ReporterRunner, RunnerConfig
@@ -92,18 +90,7 @@ class Agent:
         The agent may start before the streams are provisioned or while the
         server is away: it keeps its current reporters running and retries.
         """
-        retrying = tenacity.AsyncRetrying(
-            stop=tenacity.stop_never,
-            wait=tenacity.wait_exponential_jitter(multiplier=0.5, max=10.0, jitter=0.5),
-            retry=tenacity.retry_if_exception_type((nats.errors.Error, TimeoutError)),
-            before_sleep=lambda rs: log.warning(
-                "cannot follow the catalog (%s); retrying",
-                rs.outcome.exception() if rs.outcome else "?"),
-        )
-        async for attempt in retrying:
-            with attempt:
-                async for catalog in watch_catalog(self.nc):
-                    await self.apply(catalog)
+        await follow_catalog(self.nc, self.apply)
 
     def _publisher(self, name: str) -> ReporterPublisher:
         pub = self.publishers.get(name)

@@ -21,11 +21,9 @@ terminal, one line every 10 s otherwise.  The summary goes to stdout
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import secrets
-import signal
 import sys
 import time
 
@@ -36,6 +34,7 @@ from bus.connection import connect
 from bus.pipeline_publish import PipelinePublisher
 from bus.streams import provision
 from bus.subjects import CATALOG, SNAPSHOT_CATALOG, SNAPSHOT_STREAM
+from ops.shutdown import stop_on_signals
 from producers.simulator import Faults, Fleet, RunStats, run_fleet, sim_catalog
 from schemas.catalog import Catalog
 from schemas.codec import decode, encode
@@ -133,10 +132,7 @@ async def run_reporters(args: argparse.Namespace) -> int:
     """Run the fleet until --duration, --rounds or Ctrl-C; print what was published."""
     _check(args)
     faults = Faults.parse(args.faults)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
                        name="crr-sim-reporters") as nc:
         await provision(nc)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 import socket
 from pathlib import Path
 from typing import Any
 
 from bus.connection import connect
+from ops.shutdown import stop_on_signals
 from producers.agent import Agent
 
 
@@ -32,10 +31,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     """Run until SIGINT/SIGTERM; reconnects forever; leaves no script running."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     host = args.host or short_hostname()
     async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
                        name=f"crr-agent-{host}", attempts=None) as nc:

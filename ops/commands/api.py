@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 from typing import Any
 
 from bus.connection import connect
+from ops.shutdown import stop_on_signals
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -26,10 +25,7 @@ async def run(args: argparse.Namespace) -> int:
     from ops.view import SchedulerView  # noqa: PLC0415 - keeps other commands' start-up lean
 
     sock = bind(args.listen)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca, name="crr-api",
                        attempts=None) as nc:
         view = SchedulerView(nc)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import signal
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ from bus.streams import provision
 from bus.subjects import CATALOG
 from ops.nats_auth import secure_demo_setup
 from ops.projector import Projector
+from ops.shutdown import stop_on_signals
 from ops.snapshot_reader import read_snapshot
 from ops.table import LEGEND, render_hosts
 from producers.agent import Agent
@@ -118,10 +118,7 @@ async def run(args: argparse.Namespace) -> int:
     if args.tls and not args.secure:
         raise CrrError("--tls goes with --secure")
     catalog = load_catalog(args.catalog)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     sims = [f"sim{i:02d}" for i in range(1, args.hosts + 1)]
     with tempfile.TemporaryDirectory(prefix="crr-demo-") as tmp:
         store = Path(tmp)

@@ -14,14 +14,11 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import signal
 from pathlib import Path
 from typing import Any
 
-import nats.errors
-import tenacity
-
-from bus.catalog_watch import watch_catalog
+from bus.catalog_watch import follow_catalog
+from ops.shutdown import stop_on_signals
 from producers.external import CentralRunner, ExternalReporter
 from schemas.catalog_loader import load_catalog
 
@@ -51,28 +48,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 async def _follow(central: CentralRunner) -> None:
     """Apply every active catalog; a NATS error or a missing stream is retried."""
-    retrying = tenacity.AsyncRetrying(
-        stop=tenacity.stop_never,
-        wait=tenacity.wait_exponential(multiplier=0.5, max=10.0) + tenacity.wait_random(0, 0.5),
-        retry=tenacity.retry_if_exception_type((nats.errors.Error, TimeoutError)),
-        before_sleep=lambda rs: log.warning(
-            "cannot follow the catalog (%s); retrying",
-            rs.outcome.exception() if rs.outcome else "?"),
-    )
-    async for attempt in retrying:
-        with attempt:
-            async for catalog in watch_catalog(central.rep.nc):
-                await central.apply(catalog)
+    await follow_catalog(central.rep.nc, central.apply)
 
 
 async def run(args: argparse.Namespace) -> int:
     """Run until SIGINT/SIGTERM (or --duration); the command's group is killed on exit."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    if args.duration is not None:
-        loop.call_later(args.duration, stop.set)
+    stop = stop_on_signals(after=args.duration)
     catalog = load_catalog(args.catalog) if args.catalog else None
     reporters_dir = args.reporters_dir or (
         Path(args.catalog).parent if args.catalog else Path())

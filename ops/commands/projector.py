@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import secrets
-import signal
 from typing import Any
 
 from bus.connection import connect
 from bus.streams import StreamSettings, provision
 from ops.lease import DEFAULT_TTL, Lease, check_server_version
 from ops.projector import Projector
+from ops.shutdown import stop_on_signals
 from schemas.duration import parse_duration
 from schemas.errors import CrrError
 
@@ -45,10 +44,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     """Run until SIGINT/SIGTERM; reconnects forever."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     if args.partitions < 1 or (args.partitions > 1) != (args.partition is not None) or (
             args.partition is not None and not 0 <= args.partition < args.partitions):
         raise CrrError("--partition K (0 <= K < N) goes with --partitions N > 1")

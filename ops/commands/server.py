@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import tempfile
 from typing import Any
 
 from bus.server import NatsServer
+from ops.shutdown import stop_on_signals
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -25,10 +25,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 async def run(args: argparse.Namespace) -> int:
     """Run until SIGINT/SIGTERM."""
     store = args.store or tempfile.mkdtemp(prefix="crr-nats-")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     server = NatsServer(store, port=args.port, config_file=args.config)
     await asyncio.to_thread(server.start)
     print(f"nats-server ready at {server.url} (store {store}); Ctrl-C to stop", flush=True)
