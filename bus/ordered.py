@@ -13,9 +13,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import msgspec
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
@@ -29,9 +29,13 @@ from schemas.errors import CrrTimeoutError
 log = logging.getLogger("crr.bus.ordered")
 
 
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
-    """A message as the stream stored it: sequence, server time, subject, headers, data."""
+class StoredMessage(msgspec.Struct, frozen=True, gc=False):
+    """A message as the stream stored it: sequence, server time, subject, headers, data.
+
+    A frozen msgspec Struct rather than a frozen dataclass: one is built per
+    delivered message, and this is ~10x cheaper to construct (no cycles can
+    go through it, hence `gc=False`).
+    """
 
     seq: int
     time: float

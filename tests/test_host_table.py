@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from projections.host_table import (
     ABSENT,
@@ -14,11 +16,13 @@ from projections.host_table import (
     NULL,
     STALE,
     HostTable,
+    expires_many,
     expires_seconds,
     freshness_at,
     normalize,
 )
 from schemas.catalog import Catalog
+from schemas.snapshot import AsOf, HostSnapshot, ValueEntry
 from schemas.timestamps import format_time, parse_time
 from tests.test_select_support import (
     CATALOG,
@@ -283,3 +287,99 @@ def test_cluster_snapshot_replaced() -> None:
     table.set_cluster(cluster_snapshot({"site_up": True}))
     assert table.cluster_value("lic") is None
     assert table.cluster_value("site_up") is not None
+
+
+# -- bulk load (`HostTable.load`) equals upserting one by one -------------------
+
+_HOSTS = st.sampled_from([f"h{i}" for i in range(12)])
+_STRINGS = st.sampled_from(["a", "b", "c", "rhel9", ""])
+_TIMES = st.one_of(
+    st.floats(min_value=0.0, max_value=4_102_444_800.0, allow_nan=False).map(format_time),
+    st.sampled_from(["garbage", "2026-12-02T14:00:00+01:00", "2026-02-30T00:00:00.000Z",
+                     "1969-12-31T23:59:59.500Z", "2026-12-02T14:00:00.123z", ""]),
+)
+_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(10**400), max_value=10**400),
+    st.floats(allow_nan=True, allow_infinity=True), _STRINGS,
+    st.lists(_STRINGS, max_size=4), st.lists(st.one_of(_STRINGS, st.integers()), max_size=3),
+)
+_ENTRIES = st.builds(
+    ValueEntry, value=_VALUES, state=st.sampled_from(["fresh", "stale", "unknown"]),
+    reporter=st.just("r"), observed_at=st.just("2026-12-02T14:00:00.000Z"),
+    received_at=st.just("2026-12-02T14:00:00.000Z"), expires_at=_TIMES,
+)
+# Names of every kind and scope in CATALOG, plus one the catalog does not know.
+_NAMES = st.sampled_from(["free", "ok", "os", "arch", "tags", "ds", "lic", "unknown_name"])
+_SNAPSHOTS = st.builds(
+    lambda host, values: HostSnapshot(host=host, as_of=AsOf(seq=1, time=format_time(NOW)),
+                                      values=values),
+    _HOSTS, st.dictionaries(_NAMES, _ENTRIES, max_size=7),
+)
+
+
+def _assert_same_table(bulk: HostTable, one_by_one: HostTable, strict_pool: bool) -> None:
+    assert bulk.capacity == one_by_one.capacity
+    assert bulk.hosts() == one_by_one.hosts()
+    for host in one_by_one.hosts():
+        assert bulk.row_of(host) == one_by_one.row_of(host)
+        assert bulk.get(host) is one_by_one.get(host)
+    if strict_pool:
+        assert bulk.strings() == one_by_one.strings()
+    for name, col in one_by_one._columns.items():  # comparing internals on purpose
+        other = bulk.column(name)
+        assert other is not None
+        for attr in ("state", "fresh", "stale_flag", "t_arr", "f_arr"):
+            assert np.array_equal(getattr(other, attr), getattr(col, attr)), (name, attr)
+        assert np.array_equal(other.expires, col.expires), name  # bit for bit, inf included
+        assert other.sets == col.sets
+        if col.kind == "string":
+            pool, other_pool = one_by_one.strings(), bulk.strings()
+            assert [pool[c] if c >= 0 else None for c in col.values.tolist()] == \
+                [other_pool[c] if c >= 0 else None for c in other.values.tolist()], name
+        else:
+            assert np.array_equal(other.values, col.values), name
+        if col.min_expiry != math.inf or other.min_expiry != math.inf:
+            assert other.min_expiry >= col.min_expiry  # both lower bounds; tightened by `known`
+        assert np.array_equal(other.known(NOW), col.known(NOW))
+        assert np.array_equal(other.stale(NOW), col.stale(NOW))
+    assert bulk._cluster_values.keys() == one_by_one._cluster_values.keys()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_SNAPSHOTS, max_size=90))
+def test_load_equals_upserts(snaps: list[HostSnapshot]) -> None:
+    """load() of random snapshots (stale/unknown/absent, wrong kinds, odd timestamps, repeated
+    hosts, past the initial capacity) gives the table that upserting each in turn gives."""
+    one_by_one = HostTable(CATALOG)
+    for snap in snaps:
+        one_by_one.upsert(snap)
+    bulk = HostTable(CATALOG)
+    bulk.load(iter(snaps))
+    repeated = len({s.host for s in snaps}) < len(snaps)
+    _assert_same_table(bulk, one_by_one, strict_pool=not repeated)
+
+
+def test_load_many_hosts_and_set_catalog() -> None:
+    """load() past several doublings equals upserts, and set_catalog rebuilds the same columns."""
+    snaps = [host_snapshot(f"n{i:04d}", {"free": float(i), "os": "rhel9" if i % 3 else "x",
+                                         "tags": ["a", "b"][: i % 3], "ok": NULL_VALUE,
+                                         "ds": STALE_VALUE})
+             for i in range(700)]
+    one_by_one = HostTable(CATALOG)
+    for snap in snaps:
+        one_by_one.upsert(snap)
+    bulk = HostTable(CATALOG)
+    bulk.load(snaps)
+    _assert_same_table(bulk, one_by_one, strict_pool=True)
+    one_by_one.set_catalog(CATALOG)
+    _assert_same_table(bulk, one_by_one, strict_pool=True)
+    bulk.load([host_snapshot("n0001", {"free": -1.0})])  # not empty: upserts
+    assert bulk.column("free").values[bulk.row_of("n0001")] == -1.0  # type: ignore[union-attr]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_TIMES, max_size=40))
+def test_expires_many_matches_expires_seconds(texts: list[str]) -> None:
+    """The vectorised timestamp parser gives expires_seconds' floats, bit for bit."""
+    got = expires_many(texts)
+    assert [float(x) for x in got] == [expires_seconds(t) for t in texts]
