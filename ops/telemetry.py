@@ -13,8 +13,12 @@ crr stays the API's no-op.
   Unset, crr samples `parentbased_traceidratio` at `DEFAULT_RATIO` (5%): the
   decision is taken where a trace starts (the reporter's run or publish),
   and the projector and view only continue sampled traces.
+  For the ratio samplers the decision costs an unsampled report no span at
+  all (see `bus.tracing`).
+- `OTEL_BSP_*`: as usual, except that the span queue defaults to
+  `DEFAULT_BSP_QUEUE` (see `batch_span_processor`).
 - `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SDK_DISABLED`,
-  `OTEL_BSP_*`, `OTEL_METRIC_EXPORT_INTERVAL`: as usual.
+  `OTEL_METRIC_EXPORT_INTERVAL`: as usual.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ from schemas.errors import CrrError
 
 DEFAULT_RATIO: Final = 0.05
 """Share of reports traced when `OTEL_TRACES_SAMPLER` is unset."""
+
+DEFAULT_BSP_QUEUE: Final = 8192
+"""Spans the BatchSpanProcessor holds when `OTEL_BSP_MAX_QUEUE_SIZE` is unset."""
 
 _OTLP_HINT: Final = ("needs the OTLP exporter: pip install 'crr[otlp]' "
                      "(opentelemetry-exporter-otlp)")
@@ -77,6 +84,22 @@ def _sampler(environ: Mapping[str, str]) -> Sampler | None:
     return ParentBased(TraceIdRatioBased(DEFAULT_RATIO))
 
 
+def batch_span_processor(
+    exporter: SpanExporter, environ: Mapping[str, str] | None = None,
+) -> BatchSpanProcessor:
+    """A BatchSpanProcessor keeping export off the hot path: `OTEL_BSP_*` as set, else crr's.
+
+    Ending a span only appends it to a queue; a worker thread exports it in
+    batches.  crr's defaults differ from the SDK's in the queue size only
+    (`OTEL_BSP_MAX_QUEUE_SIZE`, 8192 instead of 2048): at 100% sampling a
+    burst of reports ends thousands of spans in a second, and a full queue
+    drops each further span with a logged warning — on the hot path.
+    """
+    env = os.environ if environ is None else environ
+    queue = None if env.get("OTEL_BSP_MAX_QUEUE_SIZE") else DEFAULT_BSP_QUEUE
+    return BatchSpanProcessor(exporter, max_queue_size=queue)
+
+
 def configure_telemetry(
     service_name: str, environ: Mapping[str, str] | None = None,
 ) -> Callable[[], None]:
@@ -100,7 +123,7 @@ def configure_telemetry(
         for name in trace_exporters:
             span_exporter: SpanExporter = (ConsoleSpanExporter() if name == "console"
                                            else _otlp("trace", env)())
-            tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
+            tracer_provider.add_span_processor(batch_span_processor(span_exporter, env))
         trace.set_tracer_provider(tracer_provider)
         shutdowns.append(tracer_provider.shutdown)
     if metric_exporters:

@@ -2,7 +2,8 @@
 
 `RunObserver` is the runner's optional hook (`ReporterRunner(observer=…)`):
 `run()` wraps one periodic run in the span a report's trace starts from
-(`crr.reporter.run`, with the duration, outcome and exit code), and counts
+(`crr.reporter.run`, with the duration, outcome and exit code; the sampling
+decision is taken there, once, and an unsampled run creates no span), and counts
 the run; `health()` follows the reporter's lifecycle (state gauge,
 transitions, restarts).  Stream-mode scripts get no run span (a stream
 lives for days; each of its reports starts its own trace at the publish).
@@ -64,9 +65,11 @@ class RunObserver:
         if not traced:
             yield record
         else:
-            with tracing.span(RUN_SPAN, {"crr.reporter": reporter, "crr.host": host}) as span:
+            # The report's sampling decision: unsampled (most runs) creates nothing.
+            with tracing.root_span(
+                    RUN_SPAN, lambda: {"crr.reporter": reporter, "crr.host": host}) as span:
                 yield record
-                if outcome and span.is_recording():
+                if outcome and span is not None:
                     state, code = outcome[-1]
                     span.set_attribute("crr.reporter.outcome", state)
                     if code is not None:
