@@ -14,6 +14,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 import nats.errors
@@ -85,8 +86,15 @@ class OrderedReader:
         idle_heartbeat: float = 2.0,
         start_time: float | None = None,
         filter_subjects: list[str] | None = None,
+        backpressure: bool = False,
     ) -> None:
+        """`backpressure`: answer the server's flow control only for *handled* messages
+        (see `_hold_flow_control`), so while an (async) handler waits the backlog stays
+        in the stream instead of piling up in this process."""
         self._nc = nc
+        self._backpressure = backpressure
+        self._handled = 0
+        self._jsi: Any = None
         self._filter_subjects = filter_subjects
         """Several filters instead of `subject` (one consumer keeps their stream order)."""
         self._idle_heartbeat = idle_heartbeat
@@ -115,10 +123,13 @@ class OrderedReader:
         if self._filter_subjects:
             config.filter_subjects = list(self._filter_subjects)
         self._sub = await js.subscribe(
-            self._subject, stream=self._stream, cb=self._on_msg, ordered_consumer=True,
+            self._subject, stream=self._stream,
+            cb=self._on_msg_held if self._backpressure else self._on_msg, ordered_consumer=True,
             config=config, idle_heartbeat=self._idle_heartbeat, pending_msgs_limit=1_000_000,
             pending_bytes_limit=1024 * 1024 * 1024,
         )
+        if self._backpressure:
+            self._hold_flow_control()
         info = await self._sub.consumer_info()
         if info.num_pending == 0 and not (info.delivered and info.delivered.stream_seq):
             self.ready.set()
@@ -147,6 +158,35 @@ class OrderedReader:
                 await out
         if pending == 0:
             self.ready.set()
+
+    def _hold_flow_control(self) -> None:
+        """Make nats-py answer flow control by messages handled, not merely received.
+
+        With a callback, nats-py answers a push consumer's flow-control request
+        as soon as the messages before it are *received* (queued), so the
+        server never slows down: a handler that waits makes the backlog pile up
+        in the subscription's queue (and overflowing its limits loses messages
+        silently).  Counting handled messages makes the server wait instead.
+        This reaches into nats-py's JetStream internals (checked for here;
+        when they are not as expected nothing changes).
+        """
+        jsi = getattr(getattr(self._sub, "_sub", None), "_jsi", None)
+        if jsi is None or not all(hasattr(jsi, a) for a in ("get_js_delivered", "_fcr", "_fcd")):
+            log.warning("unexpected nats-py internals: no flow-control backpressure")
+            return
+        jsi.get_js_delivered = lambda: self._handled
+        self._jsi = jsi
+
+    async def _on_msg_held(self, msg: Msg) -> None:
+        """`_on_msg`, then answer a flow-control request the handled messages now cover."""
+        try:
+            await self._on_msg(msg)
+        finally:
+            self._handled += 1
+            jsi = self._jsi
+            if jsi is not None and jsi._fcr and self._handled >= jsi._fcd:
+                reply, jsi._fcr = jsi._fcr, None
+                await self._nc.publish(reply)
 
     async def wait_ready(self, timeout: float = 30.0) -> None:
         """Wait until the initial load is complete (CrrTimeoutError otherwise)."""

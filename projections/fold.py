@@ -297,7 +297,7 @@ def _fast_report(state: ProjectionState, env: Envelope, addr: EventAddress) -> b
         return True
     # Steady state: the reporter re-set everything it owns, and all is well.
     batches = rs.batches
-    batches[0].dead = True
+    batches[0].kill()
     batches[0] = batch
     deadline = t + uniform
     silent_at = t + silent_life
@@ -353,7 +353,7 @@ def _store(
         if not batches:
             batches.append(batch)
         elif len(batches) == 1 and batches[0].keyset <= names:
-            batches[0].dead = True  # every value it set was just re-set
+            batches[0].kill()  # every value it set was just re-set
             batches[0] = batch
         else:
             _drop_shadowed(batches, names)
@@ -391,7 +391,7 @@ def _drop_shadowed(batches: list[Batch], names: Any) -> None:
     keep = []
     for b in batches:
         if b.keyset <= names:
-            b.dead = True
+            b.kill()
         else:
             keep.append(b)
     if len(keep) > 8:  # many partial reports: drop what newer batches fully shadow
@@ -399,7 +399,7 @@ def _drop_shadowed(batches: list[Batch], names: Any) -> None:
         compact: list[Batch] = []
         for b in reversed(keep):
             if b.keyset <= seen:
-                b.dead = True
+                b.kill()
             else:
                 compact.append(b)
                 seen.update(b.keyset)

@@ -82,6 +82,20 @@ class Batch(msgspec.Struct, gc=False):
             return self.values
         return dict(zip(self.order, msgspec.structs.astuple(self.full), strict=True))
 
+    def kill(self) -> None:
+        """Mark it overwritten and let go of its values.
+
+        Its deadline entries stay in the heap until they come due (lazy
+        deletion) and are skipped there; without its values a dead batch
+        costs ~100 B instead of ~1 KB, so memory no longer grows with
+        report rate x lifetime (at 20k reports/s x 15 s, ~250k dead batches).
+        """
+        self.dead = True
+        self.values = None
+        self.full = None
+        self.stale = None
+        self.keyset = frozenset()
+
     def materialise(self) -> dict[str, Any]:
         """Turn a `full` batch into a dict batch (before it is edited); the dict."""
         if self.values is None:
@@ -226,6 +240,7 @@ def _values(state: ProjectionState, rec: Record) -> dict[str, ValueEntry]:
         for b in rs.batches:  # oldest first: a newer batch's entry replaces an older one
             received = _fmt(b.received_at)
             stale = b.stale
+            expiry: dict[float, str] = {}  # lifetime -> expires_at (one per batch, mostly)
             for name, value in b.items().items():
                 since = stale.get(name) if stale else None
                 if since is not None:
@@ -234,10 +249,14 @@ def _values(state: ProjectionState, rec: Record) -> dict[str, ValueEntry]:
                         value=None, state="stale", reporter=reporter, observed_at=b.observed_at,
                         received_at=received, expires_at=at, last_value=value, stale_since=at)
                 else:
+                    life = lifetimes[name]
+                    expires = expiry.get(life)
+                    if expires is None:
+                        expires = expiry[life] = _fmt(b.received_at + life)
                     out[name] = ValueEntry(
                         value=value, state="unknown" if value is None else "fresh",
                         reporter=reporter, observed_at=b.observed_at, received_at=received,
-                        expires_at=_fmt(b.received_at + lifetimes[name]))
+                        expires_at=expires)
     return out
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 from pathlib import Path
 
@@ -128,10 +127,3 @@ def test_sim_scheduler_jobs_file(
     assert "min 0  p50 3  p90 3  max 3" in out
     assert "zero-candidate     1 of 3" in out
 
-
-def test_sim_reporters_missing_is_clear(capsys: pytest.CaptureFixture[str]) -> None:
-    """Without producers.sim_reporters, `crr sim reporters` says so in one line, exit 1."""
-    if importlib.util.find_spec("producers.sim_reporters") is not None:
-        pytest.skip("producers.sim_reporters exists; its own tests cover it")
-    assert main(["sim", "reporters"]) == 1
-    assert "producers.sim_reporters" in capsys.readouterr().err

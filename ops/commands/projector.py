@@ -60,6 +60,6 @@ async def run(args: argparse.Namespace) -> int:
             check_server_version(nc)
             lease = Lease(nc, pid, ttl=parse_duration(args.lease_ttl), partition=args.partition)
         projector = Projector(nc, settings=settings, projector_id=pid, partition=args.partition,
-                              lease=lease)
+                              lease=lease, gc_freeze=True)
         await projector.run(stop)
     return 0

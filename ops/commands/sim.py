@@ -6,32 +6,28 @@ scheduler's placement loop would, and reports decisions/s and the
 distribution of candidate counts.  The view keeps applying snapshot changes
 while the jobs run (the loop yields to it after every decision).
 
-`crr sim reporters` belongs to `producers.sim_reporters` (its
-`add_arguments(parser)` and `async run_reporters(args) -> int`); it is
-imported only when used, so `crr` works without it.
+`crr sim reporters` is `producers.sim_reporters` (its
+`add_arguments(parser)` and `async run_reporters(args) -> int`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import json
 import math
 import random
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from bus.connection import connect
 from ops.view import SchedulerView, loaded_view
+from producers import sim_reporters
 from projections.host_table import FRESH, HostTable
 from schemas.catalog import Catalog
 from schemas.errors import CrrError, ExpressionError
-
-REPORTERS_MODULE = "producers.sim_reporters"
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -56,32 +52,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
     r = sims.add_parser("reporters", parents=[common],
                         help="simulated reporters for many hosts (producers.sim_reporters)")
-    module = _reporters_module()
-    if module is not None:
-        module.add_arguments(r)
-    else:
-        r.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    r.set_defaults(func=run_reporters)
-
-
-def _reporters_module() -> ModuleType | None:
-    """`producers.sim_reporters` if it is installed (None if that module itself is missing)."""
-    try:
-        return importlib.import_module(REPORTERS_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name != REPORTERS_MODULE:
-            raise
-        return None
-
-
-async def run_reporters(args: argparse.Namespace) -> int:
-    """Delegate to `producers.sim_reporters.run_reporters`."""
-    module = _reporters_module()
-    if module is None:
-        raise CrrError(f"`crr sim reporters` is not available: module {REPORTERS_MODULE} "
-                       "is not installed in this build")
-    code: int = await module.run_reporters(args)
-    return code
+    sim_reporters.add_arguments(r)
+    r.set_defaults(func=sim_reporters.run_reporters)
 
 
 # -- sim scheduler ------------------------------------------------------------
