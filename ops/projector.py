@@ -265,14 +265,15 @@ class Projector:
         self.applied += 1
         self._applied_seq = m.seq
         self._stream_pending = m.pending
-        if ch.deadletter is not None and m.subject != DEADLETTER:
+        if ch.deadletter is not None and subject != DEADLETTER:
+            # `subject` as published (without a partition token), as DESIGN names it.
             self.deadletter_count += 1
             self._deadletters.append(DeadLetter(
-                seq=m.seq, subject=m.subject, reason=ch.deadletter,
+                seq=m.seq, subject=subject, reason=ch.deadletter,
                 payload=m.data[:4096].decode("utf-8", "replace"),
                 received_at=format_time(m.time),
             ))
-            log.warning("dead-lettered event %d on %s: %s", m.seq, m.subject, ch.deadletter)
+            log.warning("dead-lettered event %d on %s: %s", m.seq, subject, ch.deadletter)
         self._dirty.merge(ch)
         if parent is not None:
             for h in ch.hosts:
@@ -333,7 +334,7 @@ class Projector:
         """
         if self._pipe is None:
             self._pipe = PipelinePublisher(self._nc, max_in_flight=2 * WRITE_WINDOW,
-                                           ack_timeout=10.0, max_attempts=3)
+                                           ack_timeout=3.0, max_attempts=5)
             await self._pipe.start()
         pipe = self._pipe
         rejected, failed = pipe.stats.rejected, pipe.stats.failed
