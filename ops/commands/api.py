@@ -7,6 +7,7 @@ from typing import Any
 
 from bus.connection import connect
 from ops.shutdown import stop_on_signals
+from schemas.errors import CrrError
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -21,7 +22,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 async def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; the view follows CRR_SNAPSHOT live."""
     # Imported here: the API's dependencies (litestar, uvicorn) are only needed by `crr api`.
-    from ops.rest import bind, create_app, serve  # noqa: PLC0415 - optional extra
+    try:
+        from ops.rest import bind, create_app, serve  # noqa: PLC0415 - optional extra
+    except ImportError as exc:
+        raise CrrError(f"`crr api` needs the api extra ({exc.name or exc} is missing): "
+                       "pip install 'crr[api]'") from None
     from ops.view import SchedulerView  # noqa: PLC0415 - keeps other commands' start-up lean
 
     sock = bind(args.listen)
