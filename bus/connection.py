@@ -102,7 +102,12 @@ def add_error_listener(nc: Client, listener: ErrorListener) -> Callable[[], None
     Only connections opened by `open_connection` carry listeners; on another
     client this does nothing (and the remover too).
     """
-    listeners: list[ErrorListener] | None = nc.options.get(_LISTENERS)
+    return _register(nc, _LISTENERS, listener)
+
+
+def _register(nc: Client, key: str, listener: Any) -> Callable[[], None]:
+    """Add `listener` to the list stored under `key` in `nc.options`; returns the remover."""
+    listeners: list[Any] | None = nc.options.get(key)
     if listeners is None:
         return lambda: None
     listeners.append(listener)
@@ -173,16 +178,7 @@ def add_reconnect_listener(nc: Client, listener: ReconnectListener) -> Callable[
     connections opened by `open_connection` carry listeners; on another
     client this does nothing (and the remover too).
     """
-    listeners: list[ReconnectListener] | None = nc.options.get(_RECONNECT_LISTENERS)
-    if listeners is None:
-        return lambda: None
-    listeners.append(listener)
-
-    def remove() -> None:
-        if listener in listeners:
-            listeners.remove(listener)
-
-    return remove
+    return _register(nc, _RECONNECT_LISTENERS, listener)
 
 
 async def open_connection(
