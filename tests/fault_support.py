@@ -9,6 +9,7 @@ CRR_EVENTS sequence), never sleeps that guess.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import signal
 import subprocess
@@ -76,12 +77,18 @@ class CrrProcess:
 
 async def eventually(check: Callable[[], Any], timeout: float, what: str,
                      every: float = 0.1) -> Any:
-    """Retry the async `check()` until it returns a truthy value (bounded)."""
+    """Retry `check()` (sync or async) until it returns a truthy value (bounded).
+
+    The one bounded-retry helper of the tests: a wait on a condition, never a
+    sleep standing in for synchronisation.
+    """
     deadline = time.monotonic() + timeout
     last: Any = None
     while True:
         try:
-            last = await check()
+            last = check()
+            if inspect.isawaitable(last):
+                last = await last
         except Exception as exc:
             last = exc
         if last and not isinstance(last, Exception):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from ops.snapshot_reader import SnapshotContents, read_snapshot
 from schemas.catalog import Catalog
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import encode
+from tests import fault_support
 
 REPORTERS = Path(__file__).resolve().parents[1] / "ops" / "examples" / "reporters"
 
@@ -108,11 +108,7 @@ class Rig:
 
 async def eventually(what: str, predicate: Callable[[], bool], within: float = 10.0) -> None:
     """A bounded retry: re-check `predicate` every 20 ms until it holds, or fail saying `what`."""
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(0.02)
+    await fault_support.eventually(predicate, within, what, every=0.02)
 
 
 @contextlib.asynccontextmanager

@@ -17,6 +17,7 @@ from bus.subjects import SNAPSHOT_STREAM
 from ops.lease import WRONG_LAST_SEQUENCE, Lease
 from ops.projector import Projector
 from schemas.errors import LeaseLostError
+from tests.fault_support import eventually
 from tests.projector_support import publish_catalog, publish_report, stored_host
 
 TTL = 1.0
@@ -73,10 +74,7 @@ async def wait_for(predicate: object, timeout: float) -> float:
     """Poll a cheap in-process predicate (no IO) until true; returns the seconds it took."""
     assert callable(predicate)
     start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"condition not met within {timeout:g}s")
-        await asyncio.sleep(0.02)
+    await eventually(predicate, timeout, "condition", every=0.02)
     return time.monotonic() - start
 
 
