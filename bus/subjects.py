@@ -21,6 +21,13 @@ SNAPSHOT_CLUSTER = f"{PREFIX}.snapshot.cluster"
 SNAPSHOT_PROJECTOR = f"{PREFIX}.snapshot.projector"
 SNAPSHOT_HOST_PREFIX = f"{PREFIX}.snapshot.host."
 
+
+def is_projector_status(subject: str) -> bool:
+    """`crr.v1.snapshot.projector` (one projector) or `….projector.<k>` (partition k)."""
+    return subject == SNAPSHOT_PROJECTOR or (
+        subject.startswith(SNAPSHOT_PROJECTOR) and subject[len(SNAPSHOT_PROJECTOR)] == "."
+        and subject[len(SNAPSHOT_PROJECTOR) + 1:].isdigit())
+
 EVENT_SUBJECTS = [
     CATALOG,
     DEADLETTER,

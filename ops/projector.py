@@ -7,6 +7,23 @@ events.  Nothing is written until that initial load is complete; then only
 records whose canonical bytes differ from what CRR_SNAPSHOT already holds
 are written, so a restart publishes nothing spurious.  Stale transitions are
 driven by a deadline (the fold's `next_deadline`), not a coarse poll.
+
+Position: after each flush the projector writes its status (`last_seq`,
+`covered_seq`), so by stream order a reader that has read the status has
+read every record it covers.  A partition (`partition=k` of N) consumes
+only its own subjects, so its `last_seq` is the last of *its* events; its
+`covered_seq` extends that over the other partitions' events: with no
+events of its own pending, it reads the stream's last sequence L, then asks
+the server for the first event of its subjects after what it has written
+(`next_by_subj`); if that is N, every event of its subjects up to
+min(L, N - 1) is written.  Readers take the minimum over the partitions
+(`projections.coverage`).
+
+The stream going backwards: after every reconnect the projector checks that
+CRR_EVENTS still holds the last event it folded and CRR_SNAPSHOT the last
+status it wrote (`bus.stream_check`); a server that lost acknowledged
+messages fails that check, and the projector rebuilds from the last event
+per subject and rewrites whatever CRR_SNAPSHOT no longer matches.
 """
 
 from __future__ import annotations
@@ -29,8 +46,10 @@ import nats.js.errors
 from nats.aio.client import Client
 
 from bus import tracing
+from bus.connection import add_reconnect_listener
 from bus.ordered import OrderedReader, StoredMessage
 from bus.pipeline_publish import PipelinePublisher
+from bus.stream_check import still_holds
 from bus.streams import StreamSettings, provision
 from bus.subjects import (
     CATALOG,
@@ -48,7 +67,7 @@ from projections.envelope import Envelope
 from projections.fold import Changes, apply, expire, next_deadline
 from projections.state import ProjectionState, cluster_snapshot, host_names, host_snapshot
 from schemas.codec import encode
-from schemas.errors import CrrTimeoutError, LeaseLostError
+from schemas.errors import CrrError, CrrTimeoutError, LeaseLostError
 from schemas.events import DeadLetter
 from schemas.snapshot import ProjectorStatus
 from schemas.timestamps import format_time, parse_time
@@ -169,6 +188,14 @@ class Projector:
         self._frozen_hosts = 0
         self._lease = lease
         self.partition = partition
+        self.partitions: int | None = None
+        """N when this is partition `partition` of N (from `settings.partitions`)."""
+        if partition is not None:
+            n = settings.partitions if settings is not None else 1
+            if n < 2 or not 0 <= partition < n:
+                raise CrrError(f"projector partition {partition} needs StreamSettings"
+                               f"(partitions=N) with N > max(1, {partition}) (got N = {n})")
+            self.partitions = n
         self.warm = asyncio.Event()
         """Set once the initial load is folded (a standby is warm, not ready)."""
         self._js = nc.jetstream(timeout=10.0)
@@ -183,6 +210,20 @@ class Projector:
         self._written_seq = 0
         self._stream_pending = 0
         self._start_seq = 0
+        self._covered_seq = 0
+        """See `_coverage` (a partition's position over the whole stream)."""
+        self._stream_last_seq = 0
+        self._last_event: StoredMessage | None = None
+        """The last event folded (what CRR_EVENTS must still hold at its seq)."""
+        self._last_status: tuple[int, str, bytes] | None = None
+        """(seq, subject, data) of the last status written (what CRR_SNAPSHOT must hold)."""
+        self._generation = 0
+        """Bumped for each CRR_EVENTS consumer: events of a replaced one are ignored."""
+        self._resync = False
+        """Set when a stream went backwards: rebuild before the next flush."""
+        self._check: asyncio.Task[None] | None = None
+        self.rebuilds = 0
+        """Rebuilds after a stream went backwards (see the module doc)."""
         self._position_changed = asyncio.Condition()
         self._events: OrderedReader | None = None
         self._started_at = time.time()
@@ -265,6 +306,7 @@ class Projector:
         self.applied += 1
         self._applied_seq = m.seq
         self._stream_pending = m.pending
+        self._last_event = m
         if ch.deadletter is not None and subject != DEADLETTER:
             # `subject` as published (without a partition token), as DESIGN names it.
             self.deadletter_count += 1
@@ -299,10 +341,11 @@ class Projector:
             await reader.stop()
 
     async def _publish(self, subject: str, data: bytes,
-                       headers: dict[str, str] | None = None) -> None:
+                       headers: dict[str, str] | None = None) -> int | None:
+        """Write one record unless CRR_SNAPSHOT holds it already; its seq (None: skipped)."""
         parent = self._trace_parents.pop(subject, None) if self._trace_parents else None
         if self._written.same(subject, data):
-            return
+            return None
         span = None
         if parent is not None:  # continue the report's trace (W3C context in the headers)
             headers = dict(headers or {})
@@ -321,6 +364,7 @@ class Projector:
             raise
         self._written.set(subject, data)
         self.writes += 1
+        return int(ack.seq)
 
     async def _publish_pipelined(self, records: Iterable[tuple[str, bytes]],
                                  slow: list[tuple[str, bytes]]) -> None:
@@ -421,11 +465,41 @@ class Projector:
             self._fold(m, parent)
         self._flushed.set()
 
+    async def _coverage(self) -> None:
+        """Bring `_covered_seq` and `_stream_last_seq` up to date (see the module doc).
+
+        Unpartitioned, the consumer sees every event: covered = written.  A
+        partition with events of its own pending is covered up to what it has
+        written; with none pending it asks the server (one stream info and one
+        `next_by_subj` lookup per filter, concurrently).
+        """
+        written = self._written_seq
+        known_last = self._applied_seq + self._stream_pending
+        if self.partition is None or self._stream_pending:
+            self._covered_seq = max(self._covered_seq, written)
+            self._stream_last_seq = max(self._stream_last_seq, known_last)
+            return
+        last = (await self._js.stream_info(EVENTS_STREAM)).state.last_seq  # read first
+        nexts = await asyncio.gather(*(self._next_of(f, written + 1)
+                                       for f in partition_filters(self.partition) or []))
+        first_unwritten = min((n for n in nexts if n is not None), default=last + 1)
+        self._covered_seq = max(self._covered_seq, written, min(last, first_unwritten - 1))
+        self._stream_last_seq = max(self._stream_last_seq, last, known_last)
+
+    async def _next_of(self, subject: str, seq: int) -> int | None:
+        """The first CRR_EVENTS sequence >= `seq` on `subject` (a filter), None: none yet."""
+        try:
+            m = await self._js.get_msg(EVENTS_STREAM, seq=seq, subject=subject, next=True)
+        except nats.js.errors.NotFoundError:
+            return None
+        return int(m.seq or 0) or None
+
     async def _write_status(self, now: float | None = None) -> None:
         now = time.time() if now is None else now
+        await self._coverage()
         status = ProjectorStatus(
             last_seq=self._written_seq,
-            stream_last_seq=self._applied_seq + self._stream_pending,
+            stream_last_seq=self._stream_last_seq,
             lag=self._stream_pending,
             last_tick=format_time(now),
             started_at=format_time(self._started_at),
@@ -435,13 +509,18 @@ class Projector:
             projector_id=self.projector_id,
             start_seq=self._start_seq,
             partition=self.partition,
+            partitions=self.partitions,
+            covered_seq=self._covered_seq,
         )
         subject = SNAPSHOT_PROJECTOR
         if self.partition is not None:
             subject = f"{SNAPSHOT_PROJECTOR}.{self.partition}"
+        data = encode(status)
         async with self._writing() as fence:
             self._written.pop(subject)  # always written: it carries last_tick
-            await self._publish(subject, encode(status), fence)
+            seq = await self._publish(subject, data, fence)
+        if seq is not None:
+            self._last_status = (seq, subject, data)
 
     def _freeze_gc(self) -> None:
         """Take the objects alive now out of the cyclic GC's sight (`gc.freeze`).
@@ -472,6 +551,79 @@ class Projector:
         self._wake.set()
         return True
 
+    # -- following CRR_EVENTS, and starting over when it went backwards ---------
+
+    async def _follow_events(self) -> None:
+        """Load what CRR_SNAPSHOT holds, then fold CRR_EVENTS on a new consumer from the
+        last event per subject; returns when that initial load is folded."""
+        if self._events is not None:
+            await self._events.stop()
+        self._generation += 1
+        generation = self._generation
+
+        def handler(m: StoredMessage) -> Awaitable[None] | None:
+            return self._on_event(m) if generation == self._generation else None
+
+        await self._load_written()
+        # Where the last-per-subject load starts (`--verify` replays the same input).
+        self._start_seq = (await self._js.stream_info(EVENTS_STREAM)).state.last_seq
+        self._events = OrderedReader(self._nc, stream=EVENTS_STREAM, subject="crr.v1.>",
+                                     handler=handler,
+                                     filter_subjects=partition_filters(self.partition),
+                                     backpressure=True)
+        await self._events.start()
+        await self._events.wait_ready(300.0)
+
+    def _on_reconnect(self) -> None:
+        if self._check is None or self._check.done():
+            self._check = asyncio.get_running_loop().create_task(self._check_streams())
+
+    async def _check_streams(self) -> None:
+        """After a reconnect: does each stream still hold what this projector last saw?"""
+        event, status = self._last_event, self._last_status
+        lost: list[str] = []
+        try:
+            if event is not None and not await still_holds(
+                    self._nc, EVENTS_STREAM, event.seq, event.subject, event.data):
+                lost.append(f"{EVENTS_STREAM} seq {event.seq}")
+            if status is not None and not await still_holds(self._nc, SNAPSHOT_STREAM, *status):
+                lost.append(f"{SNAPSHOT_STREAM} seq {status[0]}")
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning("projector: cannot check the streams after a reconnect: %r", exc)
+            return
+        if lost:
+            log.warning("projector: the server lost acknowledged messages (%s no longer "
+                        "stored); rebuilding from %s", ", ".join(lost), EVENTS_STREAM)
+            self._resync = True
+            self._wake.set()
+
+    async def _rebuild(self) -> None:
+        """Start over after a stream went backwards: fold CRR_EVENTS from the last event per
+        subject again, and rewrite every record CRR_SNAPSHOT no longer holds as folded."""
+        self.rebuilds += 1
+        if self._gc_freeze:
+            gc.unfreeze()  # the old state is garbage now
+        self.state = ProjectionState()
+        self._dirty = _Dirty()
+        self._deadletters = []
+        self._trace_parents.clear()
+        self._applied_seq = self._stream_pending = 0
+        self._covered_seq = self._stream_last_seq = 0
+        self._last_event = None
+        self._last_status = None
+        async with self._position_changed:
+            self._written_seq = 0  # sequences were re-used: the old position means nothing
+        self._written.clear()
+        await self._follow_events()
+        self._dirty.hosts.update(host_names(self.state))
+        self._dirty.cluster = self._dirty.catalog = True
+        self._resync = False
+        if self._gc_freeze:
+            gc.collect()
+            self._freeze_gc()
+        log.info("projector rebuilt at seq %d (%d hosts)", self._applied_seq,
+                 len(self.state.hosts))
+
     # -- main loop --------------------------------------------------------
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
@@ -484,17 +636,10 @@ class Projector:
 
         relay = asyncio.create_task(relay_stop())
         await provision(self._nc, self._settings)
-        await self._load_written()
-        # Where the last-per-subject load starts (`--verify` replays the same input).
-        self._start_seq = (await self._js.stream_info(EVENTS_STREAM)).state.last_seq
-        self._events = OrderedReader(self._nc, stream=EVENTS_STREAM, subject="crr.v1.>",
-                                     handler=self._on_event,
-                                     filter_subjects=partition_filters(self.partition),
-                                     backpressure=True)
-        await self._events.start()
+        remove_listener = add_reconnect_listener(self._nc, self._on_reconnect)
         graceful = False
         try:
-            await self._events.wait_ready(300.0)
+            await self._follow_events()
             self.warm.set()
             if self._lease is not None and not await self._take_lease(stop):
                 graceful = True
@@ -524,9 +669,12 @@ class Projector:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), wait)
                 self._wake.clear()
-                now = tick()
-                self._dirty.merge(expire(self.state, now))
                 try:
+                    if self._resync:
+                        await self._rebuild()
+                        next_status = 0.0
+                    now = tick()
+                    self._dirty.merge(expire(self.state, now))
                     # Events that changed nothing (a dead letter's own copy, a duplicate)
                     # still move the position, so wait_until() on them returns.
                     wrote = bool(self._dirty or self._deadletters
@@ -555,10 +703,16 @@ class Projector:
             graceful = True
         finally:
             relay.cancel()
+            remove_listener()
+            if self._check is not None:
+                self._check.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._check
             if self._lease is not None:
                 # A clean stop hands the lease over at once; a crash lets it expire.
                 await (self._lease.release() if graceful else self._lease.close())
-            await self._events.stop()
+            if self._events is not None:
+                await self._events.stop()
             if self._pipe is not None:
                 await self._pipe.close(1.0)
                 self._pipe = None

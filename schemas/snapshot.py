@@ -99,10 +99,13 @@ class ProjectorStatus(msgspec.Struct, frozen=True, kw_only=True):
     """Payload of `crr.v1.snapshot.projector`: how far the projector got."""
 
     last_seq: int
-    """Last `CRR_EVENTS` sequence applied."""
+    """Last `CRR_EVENTS` sequence applied (for a partition: among its own subjects)."""
     stream_last_seq: int
-    """Last sequence in `CRR_EVENTS` when this status was written."""
+    """Last sequence in `CRR_EVENTS` when this status was written (as far as known:
+    an unpartitioned projector counts it as `last_seq + lag`; a partition reads the
+    stream's own last sequence, so it is not limited to the partition's subjects)."""
     lag: int
+    """Events of this projector's subjects stored but not yet applied."""
     last_tick: str
     started_at: str
     applied: int = 0
@@ -116,3 +119,14 @@ class ProjectorStatus(msgspec.Struct, frozen=True, kw_only=True):
     Its state is the fold of the last event per subject up to `start_seq`,
     then of every later event: `crr replay --verify` replays exactly that.
     """
+    covered_seq: int = 0
+    """Every `CRR_EVENTS` event up to this sequence that this projector folds is
+    reflected in CRR_SNAPSHOT (0: not said — an older writer; use `last_seq`).
+
+    Unpartitioned it equals `last_seq`.  A partition's `last_seq` is the last of
+    *its* events, so it would hold readers back at other partitions' events; its
+    `covered_seq` also spans the other partitions' events after that (see
+    `ops.projector`).  Readers take the minimum over the partitions
+    (`projections.coverage`)."""
+    partitions: int | None = None
+    """N for one of N partitions (`partition` is then 0..N-1); None: unpartitioned."""

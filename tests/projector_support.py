@@ -63,10 +63,11 @@ async def stored_host(nc: Client, host: str) -> tuple[int, HostSnapshot]:
 
 
 @asynccontextmanager
-async def running_projector(nc: Client) -> AsyncIterator[Projector]:
-    """A Projector running as a task until the block ends; ready on entry."""
+async def running_projector(nc: Client, **options: Any) -> AsyncIterator[Projector]:
+    """A Projector (`options` as for `Projector`) running as a task until the block ends;
+    ready on entry."""
     stop = asyncio.Event()
-    projector = Projector(nc, status_interval=0.5)
+    projector = Projector(nc, **{"status_interval": 0.5, **options})
     task = asyncio.create_task(projector.run(stop))
     ready = asyncio.create_task(projector.ready.wait())
     done, _ = await asyncio.wait({task, ready}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
