@@ -56,6 +56,27 @@ def partition_transform(partitions: int) -> SubjectTransform | None:
     )
 
 
+def stored_partitions(config: StreamConfig) -> int:
+    """N of the partition transform CRR_EVENTS stores with (1: none)."""
+    t = config.subject_transform
+    if t is None or not t.dest or "partition(" not in t.dest:
+        return 1
+    return int(t.dest.split("partition(", 1)[1].split(",", 1)[0])
+
+
+def partition_of(host_token: str, partitions: int) -> int:
+    """The partition `partition(N, host)` of the stream transform gives a host token.
+
+    nats-server hashes the token's bytes with 32-bit FNV-1a, modulo N (checked
+    against a real server in tests/test_repartition.py).  Projectors use it to
+    keep only their own hosts among events stored under an older layout.
+    """
+    h = 0x811C9DC5
+    for b in host_token.encode():
+        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return h % partitions
+
+
 def events_config(s: StreamSettings) -> StreamConfig:
     """CRR_EVENTS: history of every event, limits retention, bounded by age."""
     return StreamConfig(
@@ -110,11 +131,13 @@ def _norm(field: str, value: Any) -> Any:
     return value
 
 
-def _differences(want: StreamConfig, have: StreamConfig) -> list[str]:
+def _differences(want: StreamConfig, have: StreamConfig, *, update: bool) -> list[str]:
     diffs = []
     for f in _CHECKED:
-        if getattr(want, f) is None:
-            continue  # crr leaves this setting to the server's default
+        if getattr(want, f) is None and not (update and f == "subject_transform"):
+            # crr leaves this setting to the server's default — except that `--update` to
+            # one projector partition removes the partition transform.
+            continue
         w, h = _norm(f, getattr(want, f)), _norm(f, getattr(have, f))
         if w != h:
             diffs.append(f"{want.name}.{f}: existing {h!r}, crr needs {w!r}")
@@ -130,7 +153,7 @@ async def ensure_stream(nc: Client, want: StreamConfig, *, update: bool = False)
     except nats.js.errors.NotFoundError:
         await js.add_stream(want)
         return "created"
-    diffs = _differences(want, info.config)
+    diffs = _differences(want, info.config, update=update)
     if not diffs:
         return "unchanged"
     if not update:

@@ -19,6 +19,15 @@ the server for the first event of its subjects after what it has written
 min(L, N - 1) is written.  Readers take the minimum over the partitions
 (`projections.coverage`).
 
+Repartitioning (N changes, or 1 ↔ N): events stored before the change keep
+the subjects of the old layout (no partition token, or another N's).  So a
+partition's initial load reads the last event per subject of the *whole*
+stream — the same work as an unpartitioned projector's start — and keeps
+the catalog, the cluster subjects (partition 0) and the hosts that
+`partition(N, host)` gives it, whatever token they were stored with; only
+then does it switch to a consumer filtered on its own subjects.  A host
+that moved keeps its state, and exactly one partition writes its record.
+
 The stream going backwards: after every reconnect the projector checks that
 CRR_EVENTS still holds the last event it folded and CRR_SNAPSHOT the last
 status it wrote (`bus.stream_check`); a server that lost acknowledged
@@ -38,7 +47,7 @@ import math
 import os
 import secrets
 import time
-from collections.abc import Awaitable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import nats.errors
@@ -50,7 +59,7 @@ from bus.connection import add_reconnect_listener
 from bus.ordered import OrderedReader, StoredMessage
 from bus.pipeline_publish import PipelinePublisher
 from bus.stream_check import still_holds
-from bus.streams import StreamSettings, provision
+from bus.streams import StreamSettings, partition_of, provision, stored_partitions
 from bus.subjects import (
     CATALOG,
     DEADLETTER,
@@ -67,7 +76,7 @@ from projections.envelope import Envelope
 from projections.fold import Changes, apply, expire, next_deadline
 from projections.state import ProjectionState, cluster_snapshot, host_names, host_snapshot
 from schemas.codec import encode
-from schemas.errors import CrrError, CrrTimeoutError, LeaseLostError
+from schemas.errors import CrrError, CrrTimeoutError, LeaseLostError, StreamConfigError
 from schemas.events import DeadLetter
 from schemas.snapshot import ProjectorStatus
 from schemas.timestamps import format_time, parse_time
@@ -219,6 +228,8 @@ class Projector:
         """(seq, subject, data) of the last status written (what CRR_SNAPSHOT must hold)."""
         self._generation = 0
         """Bumped for each CRR_EVENTS consumer: events of a replaced one are ignored."""
+        self._owned: dict[str, bool] = {}
+        """Partitioned: host token -> whether `partition(N, host)` is this partition."""
         self._resync = False
         """Set when a stream went backwards: rebuild before the next flush."""
         self._check: asyncio.Task[None] | None = None
@@ -279,7 +290,29 @@ class Projector:
 
     # -- input ------------------------------------------------------------
 
+    def _owns(self, subject: str) -> bool:
+        """Partitioned: whether the event stored on `subject` is this partition's to fold.
+
+        The live consumer's filters only deliver its own subjects; the initial load
+        (every subject: see the module doc) is where this decides."""
+        parts = subject.split(".", 5)
+        if len(parts) < 5:
+            return subject == CATALOG
+        if parts[3] == "cluster":
+            return self.partition == 0
+        if parts[3] != "host":
+            return False  # crr.v1.deadletter: not folded by partitions
+        owned = self._owned.get(parts[4])
+        if owned is None:
+            assert self.partitions is not None
+            owned = self._owned[parts[4]] = (
+                partition_of(parts[4], self.partitions) == self.partition)
+        return owned
+
     def _on_event(self, m: StoredMessage) -> Awaitable[None] | None:
+        if self.partition is not None and not self._owns(m.subject):
+            self._stream_pending = m.pending  # caught up counts past others' events too
+            return None
         # A sampled report: the snapshot writes it causes continue its trace (the
         # CONSUMER span is current only now, while the reader calls this).
         parent = tracing.current_span_context() if tracing.is_traced(m.headers) else None
@@ -299,8 +332,9 @@ class Projector:
 
     def _fold(self, m: StoredMessage, parent: tracing.SpanContext | None) -> None:
         subject = m.subject
-        if self.partition is not None and subject.count(".") == 6:
-            subject = subject.rpartition(".")[0]  # drop the partition token of the transform
+        if subject.count(".") == 6 and subject.rpartition(".")[2].isdigit():
+            # The partition token of the transform (of this layout or an earlier one).
+            subject = subject.rpartition(".")[0]
         env = Envelope(seq=m.seq, subject=subject, received_at=m.time, data=m.data)
         ch = apply(self.state, env)
         self.applied += 1
@@ -553,26 +587,53 @@ class Projector:
 
     # -- following CRR_EVENTS, and starting over when it went backwards ---------
 
+    async def _check_layout(self) -> None:
+        """Refuse to run with another number of partitions than CRR_EVENTS stores with.
+
+        (An unpartitioned projector beside partitioned ones would write the same
+        host records twice; a partition of the wrong N would fold the wrong hosts.)"""
+        stored = stored_partitions((await self._js.stream_info(EVENTS_STREAM)).config)
+        mine = self.partitions or 1
+        if stored != mine:
+            raise StreamConfigError(
+                f"{EVENTS_STREAM} is stored for {stored} projector partition(s), this projector "
+                f"for {mine}: run every projector with the stream's layout "
+                + ("(no --partitions)" if stored == 1 else
+                   f"(--partitions {stored} --partition K, 0 <= K < {stored})")
+                + f", or change the layout with --partitions {mine} --update")
+
     async def _follow_events(self) -> None:
         """Load what CRR_SNAPSHOT holds, then fold CRR_EVENTS on a new consumer from the
         last event per subject; returns when that initial load is folded."""
         if self._events is not None:
             await self._events.stop()
+        await self._load_written()
+        # Where the last-per-subject load starts (`--verify` replays the same input).
+        self._start_seq = (await self._js.stream_info(EVENTS_STREAM)).state.last_seq
+        self._events = OrderedReader(self._nc, stream=EVENTS_STREAM, subject="crr.v1.>",
+                                     handler=self._handler(), backpressure=True)
+        await self._events.start()
+        await self._events.wait_ready(300.0)
+        if self.partition is not None:
+            # Loaded from every subject (any layout); live, only this partition's, from
+            # right after the last event the load delivered (read once it has stopped).
+            loaded, self._events = self._events, None
+            await loaded.stop()
+            self._events = OrderedReader(self._nc, stream=EVENTS_STREAM, subject="crr.v1.>",
+                                         handler=self._handler(), start_seq=loaded.last_seq + 1,
+                                         filter_subjects=partition_filters(self.partition),
+                                         backpressure=True)
+            await self._events.start()
+
+    def _handler(self) -> Callable[[StoredMessage], Awaitable[None] | None]:
+        """`_on_event` for a new consumer; a replaced consumer's stray deliveries are dropped."""
         self._generation += 1
         generation = self._generation
 
         def handler(m: StoredMessage) -> Awaitable[None] | None:
             return self._on_event(m) if generation == self._generation else None
 
-        await self._load_written()
-        # Where the last-per-subject load starts (`--verify` replays the same input).
-        self._start_seq = (await self._js.stream_info(EVENTS_STREAM)).state.last_seq
-        self._events = OrderedReader(self._nc, stream=EVENTS_STREAM, subject="crr.v1.>",
-                                     handler=handler,
-                                     filter_subjects=partition_filters(self.partition),
-                                     backpressure=True)
-        await self._events.start()
-        await self._events.wait_ready(300.0)
+        return handler
 
     def _on_reconnect(self) -> None:
         if self._check is None or self._check.done():
@@ -636,6 +697,7 @@ class Projector:
 
         relay = asyncio.create_task(relay_stop())
         await provision(self._nc, self._settings)
+        await self._check_layout()
         remove_listener = add_reconnect_listener(self._nc, self._on_reconnect)
         graceful = False
         try:

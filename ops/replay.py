@@ -42,8 +42,15 @@ from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
 from bus.ordered import OrderedReader, StoredMessage
-from bus.subjects import CATALOG, EVENTS_STREAM, SNAPSHOT_PROJECTOR, SNAPSHOT_STREAM, token
+from bus.subjects import (
+    CATALOG,
+    EVENTS_STREAM,
+    SNAPSHOT_STREAM,
+    is_projector_status,
+    token,
+)
 from ops.progress import Progress
+from projections.coverage import Coverage
 from projections.envelope import Envelope
 from projections.history import Replay
 from schemas.codec import decode
@@ -371,20 +378,39 @@ class _Torn(Exception):
 
 
 def _cut_of(raw: dict[str, tuple[int, bytes]]) -> tuple[ProjectorStatus, dict[str, bytes]]:
-    if SNAPSHOT_PROJECTOR not in raw:
+    """The unpartitioned projector's status and every record that is not a status record.
+
+    Status records of an earlier layout (partitions since replaced by one projector)
+    are left out; a partitioned current layout is an error (`--verify` replays one
+    fold of every event, not one per partition).
+    """
+    statuses = {s: raw.pop(s) for s in [s for s in raw if is_projector_status(s)]}
+    coverage = Coverage()
+    for subject, (seq, data) in statuses.items():
+        if data:  # empty: a delete marker
+            coverage.add(subject, seq, decode(data, ProjectorStatus))
+    status = coverage.newest
+    if status is None:
         raise CrrError("no projector status in CRR_SNAPSHOT (has a projector run?)")
-    status_seq, status_bytes = raw.pop(SNAPSHOT_PROJECTOR)
+    if status.partition is not None:
+        n = f"{status.partitions} " if status.partitions else ""
+        raise CrrError(f"CRR_SNAPSHOT is written by {n}partitioned projectors: --verify checks "
+                       "an unpartitioned projector's snapshot; partitioned projectors are not "
+                       "supported by it yet")
+    status_seq = max(seq for seq, data in statuses.values() if data)  # the newest: `status`
     if any(seq > status_seq for seq, _ in raw.values()):
         raise _Torn
-    return decode(status_bytes, ProjectorStatus), {s: b for s, (_, b) in raw.items()}
+    return status, {s: b for s, (_, b) in raw.items()}
 
 
 async def read_consistent_snapshot(nc: Client) -> tuple[ProjectorStatus, dict[str, bytes]]:
     """The projector status and every other CRR_SNAPSHOT record, read at a consistent point.
 
-    The projector writes its status after every flush, so the status is the
-    newest message of a consistent cut; a record newer than it belongs to a
-    flush still in progress, and the read is retried (bounded).
+    Only for one unpartitioned projector (CrrError when partitions write the
+    snapshot; see `_cut_of`).  The projector writes its status after every
+    flush, so the status is the newest message of a consistent cut; a record
+    newer than it belongs to a flush still in progress, and the read is
+    retried (bounded).
     """
     try:
         async for attempt in tenacity.AsyncRetrying(

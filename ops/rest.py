@@ -14,7 +14,10 @@ endpoint answers 503 (never an empty, "absent" answer).
 `/v1/events` is a server-sent event stream fed by `SchedulerView.subscribe`:
 one `host` / `cluster` / `catalog` / `projector` event per changed record
 (coalesced), which the status page (`/`, files in `ops/static/`) applies in
-place without reloading.
+place without reloading.  A `projector` event carries the status record that
+changed: with partitioned projectors there is one per partition (its
+`partition`/`partitions` say which), and a left-over record of an earlier
+layout sends none.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from bus.subjects import (
     SNAPSHOT_CLUSTER,
     SNAPSHOT_HOST_PREFIX,
     SNAPSHOT_PROJECTOR,
+    is_projector_status,
     untoken,
 )
 from ops.reporter_health import ReporterHealth, reporter_rows
@@ -94,8 +98,11 @@ class Healthz(msgspec.Struct, frozen=True, kw_only=True):
     position: int
     """Last CRR_SNAPSHOT sequence the view applied."""
     projector_position: int
-    """Last CRR_EVENTS sequence the projector reported as written."""
+    """Every CRR_EVENTS event up to this sequence is reflected (the minimum over partitions)."""
     projector: ProjectorStatus | None = None
+    """The newest projector status record (for one projector: its status)."""
+    projectors: list[ProjectorStatus] = msgspec.field(default_factory=list)
+    """The current layout's status records: one, or one per partition in partition order."""
 
 
 def _problem(status: int, title: str, detail: str | None = None, *,
@@ -132,6 +139,13 @@ def _on_http(request: Request[Any, Any, Any], exc: Exception) -> Response[Proble
 def _on_internal(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:
     log.exception("internal error on %s", request.url.path, exc_info=exc)
     return _problem(500, "Internal server error", type(exc).__name__, instance=request.url.path)
+
+
+def _current_status(view: SchedulerView, subject: str) -> ProjectorStatus | None:
+    """The current layout's status record on `subject` (None: deleted, or a left-over)."""
+    suffix = subject[len(SNAPSHOT_PROJECTOR) + 1:]
+    partition = int(suffix) if suffix else None
+    return next((st for st in view.projectors if st.partition == partition), None)
 
 
 def _effective(state: ValueState, expires_at: str, now: float) -> ValueState:
@@ -257,7 +271,7 @@ class Api:
             api._ready()
             return Healthz(status="ok", hosts=len(view.table), position=view.position,
                            projector_position=view.projector_position,
-                           projector=view.projector)
+                           projector=view.projector, projectors=view.projectors)
 
         @get("/v1/events", tags=["events"], summary="Server-sent events: changed records",
              media_type="text/event-stream")
@@ -290,9 +304,11 @@ class Api:
         if subject == SNAPSHOT_CATALOG and view.catalog is not None:
             return ServerSentEventMessage(
                 event="catalog", data=msgspec.json.encode(view.catalog.resources).decode())
-        if subject == SNAPSHOT_PROJECTOR and view.projector is not None:
-            return ServerSentEventMessage(event="projector",
-                                          data=msgspec.json.encode(view.projector).decode())
+        if is_projector_status(subject):
+            status = _current_status(view, subject)
+            if status is not None:
+                return ServerSentEventMessage(event="projector",
+                                              data=msgspec.json.encode(status).decode())
         return None
 
     async def stream(self) -> AsyncIterator[ServerSentEventMessage]:

@@ -1,4 +1,4 @@
-"""Read the whole of CRR_SNAPSHOT once (CLI listings): hosts, cluster, catalog, projector status."""
+"""Read the whole of CRR_SNAPSHOT once (CLI listings): hosts, cluster, catalog, projectors."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from bus.subjects import (
     SNAPSHOT_CATALOG,
     SNAPSHOT_CLUSTER,
     SNAPSHOT_HOST_PREFIX,
-    SNAPSHOT_PROJECTOR,
     SNAPSHOT_STREAM,
+    is_projector_status,
 )
+from projections.coverage import Coverage
 from schemas.catalog import Catalog
 from schemas.codec import decode
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus
@@ -27,7 +28,22 @@ class SnapshotContents:
     cluster: ClusterSnapshot | None = None
     catalog: Catalog | None = None
     projector: ProjectorStatus | None = None
+    """The newest projector status record (for one projector: its status)."""
     last_seq: int = 0
+    coverage: Coverage = field(default_factory=Coverage, compare=False, repr=False)
+    """Every projector status record (`crr.v1.snapshot.projector[.<k>]`) read."""
+
+    @property
+    def projectors(self) -> list[ProjectorStatus]:
+        """The status records of the current projector layout (one, or one per partition)."""
+        return self.coverage.current
+
+    @property
+    def projector_position(self) -> int:
+        """Every CRR_EVENTS event up to this sequence is in the snapshot (0: not known).
+
+        The minimum `covered_seq` over the current layout (`projections.coverage`)."""
+        return self.coverage.position
 
 
 def absorb(contents: SnapshotContents, m: StoredMessage) -> None:
@@ -40,8 +56,12 @@ def absorb(contents: SnapshotContents, m: StoredMessage) -> None:
         contents.cluster = decode(m.data, ClusterSnapshot)
     elif m.subject == SNAPSHOT_CATALOG:
         contents.catalog = decode(m.data, Catalog)
-    elif m.subject == SNAPSHOT_PROJECTOR:
-        contents.projector = decode(m.data, ProjectorStatus)
+    elif is_projector_status(m.subject):
+        if m.data:
+            contents.coverage.add(m.subject, m.seq, decode(m.data, ProjectorStatus))
+        else:  # a purge or delete marker
+            contents.coverage.remove(m.subject)
+        contents.projector = contents.coverage.newest
 
 
 async def read_snapshot(nc: Client, timeout: float = 30.0) -> SnapshotContents:

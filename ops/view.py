@@ -13,9 +13,13 @@ One ordered consumer on `crr.v1.snapshot.>` (DeliverLastPerSubject) loads
 the compacted snapshot and then stays on for live changes: host records go
 into a columnar `HostTable`, the catalog record (`crr.v1.snapshot.catalog`)
 re-shapes the table, the cluster record feeds cluster-scope values, and the
-projector's status record gives `projector_position` (the CRR_EVENTS
-sequence the snapshot covers).  The view never calls a reporter or the
-projector: it only reads the stream.
+projector status records give `projector_position` (the CRR_EVENTS
+sequence the snapshot covers).  There is one status record per projector:
+`crr.v1.snapshot.projector` for an unpartitioned one, `….projector.<k>` for
+partition k of N; `projections.coverage` picks the current layout's records
+(left-overs of an earlier layout are ignored) and takes the minimum of their
+`covered_seq` — 0 until every partition has written one.  The view never
+calls a reporter or the projector: it only reads the stream.
 
 Readiness: `ready` is false until the last record that existed when the
 consumer was created has been applied; `select` and `explain` raise
@@ -63,10 +67,11 @@ from bus.subjects import (
     SNAPSHOT_CATALOG,
     SNAPSHOT_CLUSTER,
     SNAPSHOT_HOST_PREFIX,
-    SNAPSHOT_PROJECTOR,
     SNAPSHOT_STREAM,
+    is_projector_status,
     untoken,
 )
+from projections.coverage import Coverage
 from projections.host_table import HostTable
 from projections.select import CompiledSelect, Explanation, compile_select, explain
 from schemas.catalog import Catalog
@@ -108,14 +113,15 @@ def _gc_paused() -> Iterator[None]:
 class _Load:
     """A (re)load in progress: the records kept until the consumer has caught up."""
 
-    __slots__ = ("catalog", "cluster", "hosts", "position", "projector")
+    __slots__ = ("catalog", "cluster", "coverage", "hosts", "position")
 
     def __init__(self) -> None:
         self.hosts: dict[str, StoredMessage] = {}
         """Last record per host subject (empty data: the host was removed)."""
         self.catalog: Catalog | None = None
         self.cluster: ClusterSnapshot | None = None
-        self.projector: ProjectorStatus | None = None
+        self.coverage = Coverage()
+        """Every projector status record loaded (a fresh one per load, swapped in at the end)."""
         self.position = 0
 
 
@@ -140,6 +146,11 @@ class SchedulerView:
         self.catalog: Catalog | None = None
         self.cluster: ClusterSnapshot | None = None
         self.projector: ProjectorStatus | None = None
+        """The newest projector status record (for one projector: its status)."""
+        self.projectors: list[ProjectorStatus] = []
+        """The status records of the current projector layout (one, or one per partition
+        in partition order; incomplete while a new layout's partitions start)."""
+        self._coverage = Coverage()
         self._reader: OrderedReader | None = None
         self._generation = 0
         """Bumped for each consumer: records of a replaced one are ignored."""
@@ -233,16 +244,23 @@ class SchedulerView:
 
     @property
     def projector_position(self) -> int:
-        """The CRR_EVENTS sequence the projector last reported as written (0: none seen)."""
+        """Every CRR_EVENTS event up to this sequence is reflected in the view (0: not known).
+
+        The minimum `covered_seq` of the current layout's status records (see the
+        module doc); never goes back while live, even when a new layout's partitions
+        have not all written a status yet.  A reload starts again from what it loaded.
+        """
         return self._projector_position
 
     async def wait_until(self, events_seq: int, timeout: float = 10.0) -> None:
         """Wait until the view reflects every event up to CRR_EVENTS sequence `events_seq`.
 
-        The projector writes its status right after each flush, so by stream
-        order every record covering events ≤ `last_seq` precedes it; the view
-        also waits for its initial load (during which records arrive last per
-        subject, not in full order).
+        Each projector — or each partition — writes its status right after its
+        flush, so by stream order every record it wrote for events ≤ its
+        `covered_seq` precedes that status; the minimum over the current
+        layout's partitions (`projector_position`) is therefore covered by all of
+        them.  The view also waits for its initial load (during which records
+        arrive last per subject, not in full order).
         """
         try:
             async with asyncio.timeout(timeout):
@@ -355,16 +373,20 @@ class SchedulerView:
                     log.exception("scheduler view listener %r failed", listener)
 
     def _apply_other(self, m: StoredMessage, load: _Load | None) -> None:
-        """The projector, cluster and catalog records: into `load`, or live into the view."""
+        """The projector status, cluster and catalog records: into `load`, or live into the view."""
         subject = m.subject
         try:
-            if subject == SNAPSHOT_PROJECTOR:
-                status = _status_decoder.decode(m.data)
-                if load is not None:
-                    load.projector = status
-                else:
-                    self.projector = status
-                    self._projector_position = max(self._projector_position, status.last_seq)
+            if is_projector_status(subject):
+                coverage = self._coverage if load is None else load.coverage
+                if m.data:
+                    coverage.add(subject, m.seq, _status_decoder.decode(m.data))
+                else:  # a purge or delete marker: that projector's record is gone
+                    coverage.remove(subject)
+                if load is None:
+                    self.projector = coverage.newest
+                    self.projectors = coverage.current
+                    self._projector_position = max(self._projector_position,
+                                                   coverage.position)
             elif subject == SNAPSHOT_CLUSTER:
                 cluster = _cluster_decoder.decode(m.data)
                 if load is not None:
@@ -411,8 +433,10 @@ class SchedulerView:
             self._compiled.clear()
         self.catalog = load.catalog
         self.cluster = load.cluster
-        self.projector = load.projector
-        self._projector_position = load.projector.last_seq if load.projector else 0
+        self._coverage = load.coverage
+        self.projector = load.coverage.newest
+        self.projectors = load.coverage.current
+        self._projector_position = load.coverage.position
         self._position = load.position
         self._load = None
         self._loaded.set()

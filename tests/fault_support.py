@@ -2,8 +2,8 @@
 
 Processes run as `python -m ops.cli …` in their own session so a test can
 SIGKILL exactly the process it started.  Waits are bounded retries on
-observable positions (the projector status in CRR_SNAPSHOT against the last
-CRR_EVENTS sequence), never sleeps that guess.
+observable positions (the projector status records in CRR_SNAPSHOT against the
+last CRR_EVENTS sequence), never sleeps that guess.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -105,21 +105,30 @@ async def projector_status(nc: Client, subject: str = SNAPSHOT_PROJECTOR) -> Pro
     return decode(msg.data, ProjectorStatus)
 
 
-async def caught_up(nc: Client, timeout: float = 30.0, *, projector_id: str | None = None,
-                    subjects: tuple[str, ...] = (SNAPSHOT_PROJECTOR,)) -> SnapshotContents:
-    """Wait until every projector status covers the last CRR_EVENTS sequence; read the snapshot."""
+async def caught_up(nc: Client, timeout: float = 30.0, *,
+                    projector_id: str | Collection[str] | None = None) -> SnapshotContents:
+    """Wait until the snapshot covers the last CRR_EVENTS sequence; the snapshot read then.
+
+    Covered: `projector_position` (the current layout's minimum `covered_seq`, so
+    partitioned projectors too) reaches the stream's last sequence.  With
+    `projector_id` (one id, or a collection for partitions), every current status
+    record must also have been written by that projector (or one of those).
+    """
     js = nc.jetstream()
+    ids = None if projector_id is None else (
+        {projector_id} if isinstance(projector_id, str) else set(projector_id))
 
-    async def check() -> bool:
+    async def check() -> SnapshotContents | None:
         last = (await js.stream_info(EVENTS_STREAM)).state.last_seq
-        for subject in subjects:
-            st = await projector_status(nc, subject)
-            if st.last_seq < last or (projector_id is not None and st.projector_id != projector_id):
-                return False
-        return True
+        snap = await read_snapshot(nc)
+        if not snap.projectors or snap.projector_position < last:
+            return None
+        if ids is not None and any(st.projector_id not in ids for st in snap.projectors):
+            return None
+        return snap
 
-    await eventually(check, timeout, "projector caught up")
-    return await read_snapshot(nc)
+    found: SnapshotContents = await eventually(check, timeout, "projector caught up")
+    return found
 
 
 async def stored_events(nc: Client) -> list[StoredMessage]:

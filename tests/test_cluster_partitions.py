@@ -7,15 +7,14 @@ The projectors are real `crr projector --partitions 2 --partition K` processes
 connected with the comma-separated server list; the load comes from
 `producers.simulator` through `bus.outbox.Outbox`.  First a node that no
 projector is connected to is SIGKILLed and restarted, then the CRR_EVENTS
-stream leader.  Waits are on positions: each partition's status
-(`crr.v1.snapshot.projector.<k>`) against the last CRR_EVENTS sequence of its
-own subjects, then the view's CRR_SNAPSHOT position against those statuses.
+stream leader.  Waits are on positions: the view's `wait_until` on the last
+CRR_EVENTS sequence (the minimum of the partitions' `covered_seq`, read from
+their status records `crr.v1.snapshot.projector.<k>`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import socket
 import time
@@ -24,7 +23,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nats.js.errors
 import pytest
 from nats.aio.client import Client
 
@@ -40,7 +38,6 @@ from bus.subjects import (
     msg_id,
     untoken,
 )
-from ops.projector import partition_filters
 from ops.view import SchedulerView
 from producers.simulator import SimulatedHost, publish_round, simulated_hosts
 from schemas.codec import decode, encode
@@ -147,17 +144,6 @@ async def lead_elsewhere(cluster: NatsCluster, nc: Client, avoid: int) -> None:
         await eventually(moved, 20, f"{stream} leader off node {avoid}", every=0.2)
 
 
-async def partition_last_seq(nc: Client, k: int) -> int:
-    """Last CRR_EVENTS sequence among the subjects partition `k` consumes (0: none)."""
-    js = nc.jetstream()
-    best = 0
-    for f in partition_filters(k) or []:
-        with contextlib.suppress(nats.js.errors.NotFoundError):
-            m = await js.get_last_msg(EVENTS_STREAM, f)
-            best = max(best, m.seq or 0)
-    return best
-
-
 async def partition_status(nc: Client, k: int) -> tuple[int, ProjectorStatus]:
     """(CRR_SNAPSHOT seq, decoded) of partition `k`'s status record."""
     m = await nc.jetstream().get_last_msg(SNAPSHOT_STREAM, f"{SNAPSHOT_PROJECTOR}.{k}")
@@ -166,32 +152,22 @@ async def partition_status(nc: Client, k: int) -> tuple[int, ProjectorStatus]:
     return m.seq, decode(m.data, ProjectorStatus)
 
 
-async def partitions_caught_up(nc: Client, view: SchedulerView, load: Load, name: str,
-                               timeout: float = 40) -> list[ProjectorStatus]:
-    """Wait until every partition covers its last CRR_EVENTS sequence and the view has read
-    the statuses that say so (so every record they cover: stream order)."""
-    async def check() -> tuple[list[ProjectorStatus], int] | None:
-        statuses, through = [], 0
-        for k in range(PARTITIONS):
-            want = await partition_last_seq(nc, k)
-            seq, st = await partition_status(nc, k)
-            if st.last_seq < want:
-                return None
-            statuses.append(st)
-            through = max(through, seq)
-        return statuses, through
+async def partitions_caught_up(nc: Client, cluster: NatsCluster, view: SchedulerView,
+                               load: Load, name: str, *, timeout: float = 40
+                               ) -> list[ProjectorStatus]:
+    """Wait until the view reflects every CRR_EVENTS event (each partition's `covered_seq`
+    reaches the stream's last sequence); the partitions' statuses that say so."""
+    async def events_last() -> int:
+        return (await nc.jetstream(timeout=2.0).stream_info(EVENTS_STREAM)).state.last_seq
 
-    found: tuple[list[ProjectorStatus], int] = await eventually(
-        check, timeout, "partitions caught up", every=0.1)
-    statuses, through = found
-    load.stamp(f"{name}: projectors caught up")
-
-    async def view_through() -> bool:
-        return view.position >= through
-
-    await eventually(view_through, timeout, f"view at CRR_SNAPSHOT seq {through}", every=0.05)
+    last: int = await eventually(events_last, 20, f"{EVENTS_STREAM} last sequence")
+    try:
+        await view.wait_until(last, timeout)
+    except CrrTimeoutError as exc:
+        raise AssertionError(f"{name} phase: {exc}; statuses {view.projectors}\n"
+                             f"{node_states(cluster)}") from exc
     load.stamp(f"{name}: view caught up")
-    return statuses
+    return view.projectors
 
 
 @dataclass
@@ -288,7 +264,7 @@ async def test_two_partitions_on_cluster_survive_node_kills(tmp_path: Path) -> N
                         first = min(i for i in range(3) if i not in busy)
                         await lead_elsewhere(cluster, nc, first)
                         await phase(cluster, outbox, load, first, "follower")
-                        await partitions_caught_up(nc, view, load, "follower")
+                        await partitions_caught_up(nc, cluster, view, load, "follower")
                         await eventually(lambda: all_replicas_current(nc), 30,
                                          "replicas caught up after the first kill", every=0.2)
                         load.stamp("follower: replicas current")
@@ -296,7 +272,8 @@ async def test_two_partitions_on_cluster_survive_node_kills(tmp_path: Path) -> N
                         leader = await stream_leader(cluster, nc, EVENTS_STREAM)
                         leader_had_projector = leader in await projector_nodes(cluster, monitor)
                         await phase(cluster, outbox, load, leader, "leader")
-                        statuses = await partitions_caught_up(nc, view, load, "leader")
+                        statuses = await partitions_caught_up(nc, cluster, view, load,
+                                                              "leader")
                     finally:
                         await outbox.close()
                 await eventually(lambda: all_replicas_current(nc), 30,

@@ -3,7 +3,8 @@
 The files under tests/golden/ are the contract other languages build on;
 a change that breaks one of these tests is a wire change (DESIGN, top).
 `*.future.json` are events with a field a later version might add: today's
-readers must skip it.
+readers must skip it.  `projector_status.before_partitions.json` is a status
+record from before `covered_seq`/`partitions`: it must still decode.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ SAMPLES: dict[str, type[Any]] = {
     "host_snapshot": HostSnapshot,
     "cluster_snapshot": ClusterSnapshot,
     "projector_status": ProjectorStatus,
+    "projector_status.partition": ProjectorStatus,
     "deadletter": DeadLetter,
 }
 
@@ -50,6 +52,16 @@ def test_events_ignore_unknown_fields(name: str) -> None:
     assert b"added_in_v1_1" in future
     type_ = SAMPLES[name]
     assert decode_event(future, type_) == decode_event(current, type_)
+
+
+def test_status_from_before_partitions_decodes() -> None:
+    """A status record written before `covered_seq`/`partitions` existed decodes with their
+    defaults (unpartitioned, coverage "not said"), otherwise equal to today's sample."""
+    old = decode((GOLDEN / "projector_status.before_partitions.json").read_bytes(),
+                 ProjectorStatus)
+    current = decode((GOLDEN / "projector_status.json").read_bytes(), ProjectorStatus)
+    assert (old.covered_seq, old.partitions) == (0, None)
+    assert msgspec.structs.replace(old, covered_seq=current.covered_seq) == current
 
 
 def test_catalog_rejects_unknown_fields() -> None:

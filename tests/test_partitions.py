@@ -5,15 +5,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import pytest
 from nats.aio.client import Client
 
 from bus.connection import connect
 from bus.streams import StreamSettings, provision
-from bus.subjects import SNAPSHOT_PROJECTOR
+from bus.subjects import EVENTS_STREAM, SNAPSHOT_PROJECTOR, is_projector_status
 from ops.projector import Projector
+from ops.replay import read_consistent_snapshot
 from ops.snapshot_reader import read_snapshot
+from ops.view import SchedulerView
+from schemas.codec import encode
+from schemas.errors import CrrError, CrrTimeoutError
+from schemas.snapshot import ProjectorStatus
 from tests.fault_support import eventually, projector_status, stored_events
 from tests.projector_support import publish_catalog, publish_report
+from tests.test_replay import cli
 
 HOSTS = [f"node{i}.dc{i % 3}" for i in range(24)]
 
@@ -70,3 +77,105 @@ async def test_two_partitions_one_snapshot(nats_url: str) -> None:
             k = int(m.subject.rsplit(".", 1)[1])
             assert any(h for h in owned[k] if m.subject.split(".")[4] in (h, h.replace(".", "=2E")))
     assert [s.partition for s in statuses] == [0, 1]
+
+
+async def test_view_waits_on_every_partition(nats_url: str) -> None:
+    """A view's `wait_until(<last CRR_EVENTS seq>)` returns once both partitions cover it
+    (each partition's `covered_seq` spans the other's events), and the view then holds
+    every host's latest value; `view.projectors` lists both partitions' statuses."""
+    async with connect(nats_url, name="crr-test") as nc:
+        await provision(nc, StreamSettings(partitions=2))
+        projectors, stop, tasks = await run_partitions(nc, 2)
+        view = SchedulerView(nc)
+        try:
+            await view.start()
+            await view.wait_ready(10)
+            await publish_catalog(nc)
+            for rnd in (1, 2):  # the second round is what the view must end with
+                for i, host in enumerate(HOSTS):
+                    await publish_report(nc, "scratch", host,
+                                         {"scratch_free": float(100 * rnd + i)}, seq=rnd)
+            last = (await nc.jetstream().stream_info(EVENTS_STREAM)).state.last_seq
+            await view.wait_until(last, 20)
+            values = {h: view.table.get(h) for h in HOSTS}
+            statuses = view.projectors
+            position = view.projector_position
+        finally:
+            await view.stop()
+            stop.set()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait_for(t, 10)
+    owned = [set(p.state.hosts) for p in projectors]
+    assert owned[0], "partition 0 should get hosts"
+    assert owned[1], "partition 1 should get hosts"
+    for i, host in enumerate(HOSTS):
+        snap = values[host]
+        assert snap is not None, host
+        assert snap.values["scratch_free"].value == float(200 + i), host
+    assert position >= last
+    assert [(s.partition, s.partitions) for s in statuses] == [(0, 2), (1, 2)]
+    assert [s.projector_id for s in statuses] == ["part0", "part1"]
+
+
+def _status(seq: int, partition: int | None = None) -> ProjectorStatus:
+    """A status record covering `seq`, as partition `partition` of 2 (None: one projector)."""
+    return ProjectorStatus(last_seq=seq, stream_last_seq=seq, lag=0, covered_seq=seq,
+                           last_tick="2027-01-15T08:00:00.000Z",
+                           started_at="2027-01-15T07:00:00.000Z", partition=partition,
+                           partitions=None if partition is None else 2)
+
+
+async def test_verify_refuses_partitioned_projectors(
+        nc: Client, nats_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`crr replay --verify` checks one unpartitioned projector: when partitions' status records
+    are the newest (an older unpartitioned one left behind) it says so plainly; back on one
+    projector, the partitions' left-over records are neither its status nor compared."""
+    js = nc.jetstream()
+    await js.publish(SNAPSHOT_PROJECTOR, encode(_status(0)))
+    for k in (0, 1):
+        await js.publish(f"{SNAPSHOT_PROJECTOR}.{k}", encode(_status(0, k)))
+    with pytest.raises(CrrError, match="partitioned projectors are not supported by it yet"):
+        await read_consistent_snapshot(nc)
+    code, _, err = await cli(["replay", "--server", nats_url, "--verify"], capsys)
+    assert code == 1
+    assert "CRR_SNAPSHOT is written by 2 partitioned projectors" in err
+    one = _status(0)
+    await js.publish(SNAPSHOT_PROJECTOR, encode(one))
+    status, records = await read_consistent_snapshot(nc)
+    assert status == one
+    assert not any(is_projector_status(s) for s in records)
+
+
+async def test_view_follows_the_status_layout(nc: Client) -> None:
+    """The view's position is the current layout's minimum `covered_seq`: loaded with an old
+    unpartitioned record behind two partitions', then live: a partition moves on, one is
+    deleted (the position does not go back), one projector takes over again."""
+    js = nc.jetstream()
+    await js.publish(SNAPSHOT_PROJECTOR, encode(_status(5)))
+    p0, p1 = _status(10, 0), _status(12, 1)
+    await js.publish(f"{SNAPSHOT_PROJECTOR}.0", encode(p0))
+    await js.publish(f"{SNAPSHOT_PROJECTOR}.1", encode(p1))
+    view = SchedulerView(nc)
+    await view.start()
+    try:
+        await view.wait_ready(10)
+        assert (view.projectors, view.projector, view.projector_position) == ([p0, p1], p1, 10)
+
+        async def live(subject: str, data: bytes) -> None:
+            seq = (await js.publish(subject, data)).seq
+            await eventually(lambda: view.position >= seq, 10, f"view at {seq}")
+
+        p0 = _status(20, 0)
+        await live(f"{SNAPSHOT_PROJECTOR}.0", encode(p0))
+        assert (view.projectors, view.projector_position) == ([p0, p1], 12)
+        await live(f"{SNAPSHOT_PROJECTOR}.1", b"")  # a delete marker
+        assert (view.projectors, view.projector, view.projector_position) == ([p0], p0, 12)
+        one = _status(30)
+        await live(SNAPSHOT_PROJECTOR, encode(one))
+        assert (view.projectors, view.projector, view.projector_position) == ([one], one, 30)
+        await view.wait_until(30, 1)
+        with pytest.raises(CrrTimeoutError):
+            await view.wait_until(31, 0.2)
+    finally:
+        await view.stop()

@@ -98,7 +98,8 @@ async def test_select_explain_and_problem_details(nc: Client) -> None:
 
 
 async def test_reporters_and_openapi(nc: Client) -> None:
-    """/v1/reporters lists reporter health per host; the OpenAPI document names every endpoint."""
+    """/v1/reporters lists reporter health per host; /healthz the current projector status(es);
+    the OpenAPI document names every endpoint."""
     async with running_api(nc) as rig, httpx.AsyncClient(base_url=rig.url) as http:
         await _populated(nc, rig)
         rows = (await http.get("/v1/reporters")).json()
@@ -106,6 +107,9 @@ async def test_reporters_and_openapi(nc: Client) -> None:
             ("scratch", "node1"), ("scratch", "node2"), ("flexlm", None)}
         assert all(not r["failing"] for r in rows)
         assert (await http.get("/v1/reporters", params={"failing": "true"})).json() == []
+        health = (await http.get("/healthz")).json()  # one projector: one current status
+        assert [p["partition"] for p in health["projectors"]] == [None]
+        assert health["projectors"] == [health["projector"]]
         spec = (await http.get("/schema/openapi.json")).json()
         assert set(spec["paths"]) >= {"/v1/hosts", "/v1/hosts/{host}", "/v1/cluster",
                                       "/v1/resources", "/v1/reporters", "/v1/select",
