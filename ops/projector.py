@@ -216,6 +216,11 @@ class Projector:
         self._wake = asyncio.Event()
         self._deadletters: list[DeadLetter] = []
         self._applied_seq = 0
+        self._handled_seq = 0
+        """Last event folded or (not this partition's) dropped."""
+        self._flushed_through = 0
+        """`_handled_seq` when the last completed flush began: every event of this
+        projector's up to it is written."""
         self._written_seq = 0
         self._stream_pending = 0
         self._start_seq = 0
@@ -310,9 +315,6 @@ class Projector:
         return owned
 
     def _on_event(self, m: StoredMessage) -> Awaitable[None] | None:
-        if self.partition is not None and not self._owns(m.subject):
-            self._stream_pending = m.pending  # caught up counts past others' events too
-            return None
         # A sampled report: the snapshot writes it causes continue its trace (the
         # CONSUMER span is current only now, while the reader calls this).
         parent = tracing.current_span_context() if tracing.is_traced(m.headers) else None
@@ -332,6 +334,10 @@ class Projector:
 
     def _fold(self, m: StoredMessage, parent: tracing.SpanContext | None) -> None:
         subject = m.subject
+        self._handled_seq = m.seq
+        if self.partition is not None and not self._owns(subject):
+            self._stream_pending = m.pending  # caught up counts past others' events too
+            return
         if subject.count(".") == 6 and subject.rpartition(".")[2].isdigit():
             # The partition token of the transform (of this layout or an earlier one).
             subject = subject.rpartition(".")[0]
@@ -444,7 +450,7 @@ class Projector:
         return self._lease.writing()
 
     async def _flush(self) -> None:
-        seq = self._applied_seq
+        seq, through = self._applied_seq, self._handled_seq
         dirty, self._dirty = self._dirty, _Dirty()
         state = self.state
         owns_shared = self.partition in (None, 0)
@@ -490,6 +496,7 @@ class Projector:
         self.metrics.flushed(time.time())
         async with self._position_changed:
             self._written_seq = max(self._written_seq, seq)
+            self._flushed_through = max(self._flushed_through, through)
             self._position_changed.notify_all()
 
     def _release_held(self) -> None:
@@ -507,17 +514,20 @@ class Projector:
         written; with none pending it asks the server (one stream info and one
         `next_by_subj` lookup per filter, concurrently).
         """
-        written = self._written_seq
+        # Every event of this projector's up to `through` is written: those a partition's
+        # initial load dropped (other partitions' hosts, old layouts) need no writing.
+        through = max(self._written_seq, self._flushed_through)
         known_last = self._applied_seq + self._stream_pending
         if self.partition is None or self._stream_pending:
-            self._covered_seq = max(self._covered_seq, written)
+            self._covered_seq = max(self._covered_seq, through)
             self._stream_last_seq = max(self._stream_last_seq, known_last)
             return
         last = (await self._js.stream_info(EVENTS_STREAM)).state.last_seq  # read first
-        nexts = await asyncio.gather(*(self._next_of(f, written + 1)
+        # After `through`, only the live consumer's subjects (this layout's) can be ours.
+        nexts = await asyncio.gather(*(self._next_of(f, through + 1)
                                        for f in partition_filters(self.partition) or []))
         first_unwritten = min((n for n in nexts if n is not None), default=last + 1)
-        self._covered_seq = max(self._covered_seq, written, min(last, first_unwritten - 1))
+        self._covered_seq = max(self._covered_seq, through, min(last, first_unwritten - 1))
         self._stream_last_seq = max(self._stream_last_seq, last, known_last)
 
     async def _next_of(self, subject: str, seq: int) -> int | None:
@@ -669,6 +679,7 @@ class Projector:
         self._deadletters = []
         self._trace_parents.clear()
         self._applied_seq = self._stream_pending = 0
+        self._handled_seq = self._flushed_through = 0
         self._covered_seq = self._stream_last_seq = 0
         self._last_event = None
         self._last_status = None

@@ -1,0 +1,148 @@
+"""Changing the number of projector partitions (1 → 2 → 3 → 1) keeps every host's state.
+
+Events stored before a change keep the old layout's subjects.  Each phase
+re-reports only one of the two reporters; the other reporter's values must
+come through from before the change (in-flight state carried), and exactly
+one partition must own each host (`partition(N, host)`, as the server
+computes it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+from nats.aio.client import Client
+
+from bus.streams import StreamSettings, partition_of, provision
+from bus.subjects import EVENTS_STREAM, token
+from ops.projector import Projector
+from ops.snapshot_reader import SnapshotContents, read_snapshot
+from schemas.errors import StreamConfigError
+from tests.fault_support import eventually, stored_events
+from tests.projector_support import publish_catalog, publish_report, stored_host
+
+HOSTS = [f"gpu-{i:03d}.dc{i % 3}" for i in range(16)] + ["ünïcode host", "x"]
+
+
+@contextlib.asynccontextmanager
+async def projectors(nc: Client, n: int) -> AsyncIterator[list[Projector]]:
+    """`n` partition projectors (or one unpartitioned for n == 1), ready on entry."""
+    stop = asyncio.Event()
+    settings = StreamSettings(partitions=n)
+    running = [Projector(nc, status_interval=0.2, settings=settings, projector_id=f"p{k}",
+                         partition=None if n == 1 else k) for k in range(n)]
+    tasks = [asyncio.create_task(p.run(stop)) for p in running]
+    try:
+        async def all_ready() -> None:
+            for p in running:
+                await p.ready.wait()
+
+        ready = asyncio.create_task(all_ready())
+        done, _ = await asyncio.wait([*tasks, ready], timeout=30,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        for t in tasks:
+            if t in done:
+                t.result()  # why it stopped
+        assert all(p.ready.is_set() for p in running), "projectors not ready in time"
+        yield running
+    finally:
+        stop.set()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, StreamConfigError):
+                await asyncio.wait_for(t, 10)
+
+
+async def settled(nc: Client, want: dict[str, tuple[float, list[str]]]) -> SnapshotContents:
+    """The snapshot once it covers the last event and every host is as `want` says."""
+    async def check() -> SnapshotContents | None:
+        last = (await nc.jetstream().stream_info(EVENTS_STREAM)).state.last_seq
+        snap = await read_snapshot(nc)
+        if snap.projector_position < last:
+            return None
+        have = {h: (s.values["scratch_free"].value, s.values["datasets"].value)
+                for h, s in snap.hosts.items()}
+        return snap if have == want else None
+
+    found: SnapshotContents = await eventually(check, 20, f"snapshot = {want}")
+    return found
+
+
+async def report_all(nc: Client, reporter: str, phase: int) -> None:
+    """One report from `reporter` for every host (value by phase)."""
+    for i, host in enumerate(HOSTS):
+        values = ({"scratch_free": float(100 * phase + i)} if reporter == "scratch"
+                  else {"datasets": [f"d{phase}"]})
+        await publish_report(nc, reporter, host, values, seq=phase, boot="b")
+
+
+def assert_one_owner(running: list[Projector], n: int) -> None:
+    """Each host is folded by exactly the partition the server's hash gives it."""
+    if n == 1:
+        assert set(running[0].state.hosts) == set(HOSTS)
+        return
+    owned = [set(p.state.hosts) for p in running]
+    for k, hosts in enumerate(owned):
+        assert hosts == {h for h in HOSTS if partition_of(token(h), n) == k}, k
+
+
+async def test_partition_of_is_the_servers_partition(nc: Client) -> None:
+    """`partition_of` gives the partition token nats-server's transform stores, for plain,
+    dotted-escaped and non-ASCII host tokens."""
+    await provision(nc, StreamSettings(partitions=5), update=True)
+    hosts = [*HOSTS, *(f"n{i}" for i in range(200))]
+    for host in hosts:
+        await publish_report(nc, "scratch", host, {"scratch_free": 1.0})
+    stored = {m.subject.split(".")[4]: int(m.subject.rsplit(".", 1)[1])
+              for m in await stored_events(nc)}
+    assert len(stored) == len(hosts)
+    assert {t: partition_of(t, 5) for t in stored} == stored
+    assert set(stored.values()) == set(range(5))
+
+
+async def test_repartition_carries_state_and_keeps_one_writer(nc: Client) -> None:
+    """1 → 2 → 3 → 1 projectors, each change with `--update`: after each, the reporter not
+    re-reported keeps its values (loaded from events stored under the old layout), every
+    host is owned by one partition only, nothing is dead-lettered, and a restart without a
+    layout change rewrites nothing."""
+    await provision(nc)
+    await publish_catalog(nc)
+    await report_all(nc, "scratch", 1)
+    await report_all(nc, "datasets", 1)
+    want = {h: (100.0 + i, ["d1"]) for i, h in enumerate(HOSTS)}
+    async with projectors(nc, 1):
+        await settled(nc, want)
+        written = [(await stored_host(nc, h))[0] for h in HOSTS]
+    scratch = 1
+    for phase, (n, reporter) in enumerate([(2, "scratch"), (3, "datasets"), (1, "scratch")],
+                                          start=2):
+        await provision(nc, StreamSettings(partitions=n), update=True)
+        async with projectors(nc, n) as running:
+            # Loaded across the change: nothing differs, so nothing is rewritten.
+            await settled(nc, want)
+            assert [(await stored_host(nc, h))[0] for h in HOSTS] == written
+            await report_all(nc, reporter, phase)
+            if reporter == "scratch":
+                scratch = phase
+            want = {h: (100.0 * scratch + i, want[h][1] if reporter == "scratch"
+                        else [f"d{phase}"]) for i, h in enumerate(HOSTS)}
+            before = await settled(nc, want)
+            written = [(await stored_host(nc, h))[0] for h in HOSTS]
+            assert_one_owner(running, n)
+            assert sum(p.deadletter_count for p in running) == 0
+            assert len(before.projectors) == n
+            assert {s.partitions for s in before.projectors} == {None if n == 1 else n}
+
+
+async def test_projector_refuses_another_layout(nc: Client) -> None:
+    """A projector whose partition count differs from the stream's stops at once, saying
+    how to run it — an unpartitioned one beside partitions would write hosts twice."""
+    await provision(nc, StreamSettings(partitions=2), update=True)
+    with pytest.raises(StreamConfigError, match=r"stored for 2 .* this projector for 1"):
+        await asyncio.wait_for(Projector(nc).run(), 10)
+    with pytest.raises(StreamConfigError, match=r"--update"):
+        await asyncio.wait_for(
+            Projector(nc, settings=StreamSettings(partitions=3), partition=0).run(), 10)
