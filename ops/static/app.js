@@ -171,9 +171,23 @@
       resources = JSON.parse(e.data);
       renderAll();
     });
+    const projectors = {};  // partition (or "-") -> its status, of the newest layout
     es.addEventListener("projector", (e) => {
       const p = JSON.parse(e.data);
-      $("#projector").textContent = `projector seq ${p.last_seq}, lag ${p.lag}`;
+      const n = p.partitions ?? null;
+      for (const k of Object.keys(projectors)) {
+        if ((projectors[k].partitions ?? null) !== n) delete projectors[k];
+      }
+      projectors[p.partition ?? "-"] = p;
+      if (n === null) {
+        $("#projector").textContent = `projector seq ${p.last_seq}, lag ${p.lag}`;
+        return;
+      }
+      const all = Object.values(projectors);
+      const covered = Math.min(...all.map((q) => q.covered_seq || 0));
+      const lag = all.reduce((sum, q) => sum + q.lag, 0);
+      $("#projector").textContent =
+        `${all.length}/${n} partitions, covered to seq ${covered}, lag ${lag}`;
     });
     es.onerror = () => {
       status.connected = false;
