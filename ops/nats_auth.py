@@ -50,7 +50,14 @@ from pathlib import Path
 from typing import Literal
 
 from bus.server import NatsServer
-from bus.subjects import EVENT_TYPES, EVENTS_STREAM, SNAPSHOT_CATALOG, SNAPSHOT_STREAM, token
+from bus.subjects import (
+    EVENT_TYPES,
+    EVENTS_STREAM,
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_PROJECTOR,
+    SNAPSHOT_STREAM,
+    token,
+)
 from schemas.catalog import Catalog
 from schemas.catalog_loader import load_catalog
 from schemas.errors import CrrError
@@ -135,8 +142,11 @@ def simulator_identity(hosts: Iterable[str]) -> Identity:
 PROJECTOR = Identity(
     name="projector", role="projector",
     publish=("crr.v1.snapshot.>", "crr.v1.deadletter", "$JS.API.INFO",
-             *(f"$JS.API.STREAM.CREATE.{s}" for s in (EVENTS_STREAM, SNAPSHOT_STREAM)),
-             *_read_stream_fully(EVENTS_STREAM), *_read_stream_fully(SNAPSHOT_STREAM)))
+             *(f"$JS.API.STREAM.{op}.{s}" for op in ("CREATE", "UPDATE")
+               for s in (EVENTS_STREAM, SNAPSHOT_STREAM)),
+             *_read_stream_fully(EVENTS_STREAM), *_read_stream_fully(SNAPSHOT_STREAM)),
+    # Partitions hear each other's status writes (see ops.projector: covered_seq).
+    subscribe=(INBOX, f"{SNAPSHOT_PROJECTOR}.*"))
 VIEW = Identity(
     name="view", role="view",
     publish=("$JS.API.INFO", "$JS.API.STREAM.NAMES",

@@ -50,9 +50,12 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+import msgspec
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from bus import tracing
 from bus.connection import add_reconnect_listener
@@ -75,13 +78,15 @@ from ops.metrics import ProjectorMetrics
 from projections.envelope import Envelope
 from projections.fold import Changes, apply, expire, next_deadline
 from projections.state import ProjectionState, cluster_snapshot, host_names, host_snapshot
-from schemas.codec import encode
+from schemas.codec import DECODERS, encode
 from schemas.errors import CrrError, CrrTimeoutError, LeaseLostError, StreamConfigError
 from schemas.events import DeadLetter
 from schemas.snapshot import ProjectorStatus
 from schemas.timestamps import format_time, parse_time
 
 log = logging.getLogger("crr.projector")
+
+_status_decoder: msgspec.json.Decoder[ProjectorStatus] = DECODERS[ProjectorStatus]
 
 WRITE_WINDOW = 512
 HOLD_LIMIT = 32_768
@@ -238,6 +243,9 @@ class Projector:
         self._resync = False
         """Set when a stream went backwards: rebuild before the next flush."""
         self._check: asyncio.Task[None] | None = None
+        self._status_due = False
+        """Write the status now: another partition's status moved past this one's."""
+        self._peers: Subscription | None = None
         self.rebuilds = 0
         """Rebuilds after a stream went backwards (see the module doc)."""
         self._position_changed = asyncio.Condition()
@@ -530,6 +538,33 @@ class Projector:
         self._covered_seq = max(self._covered_seq, through, min(last, first_unwritten - 1))
         self._stream_last_seq = max(self._stream_last_seq, last, known_last)
 
+    async def _hear_peers(self) -> None:
+        """Partitioned: follow the other partitions' status writes (core NATS).
+
+        An idle partition's `covered_seq` only moves when it writes its status;
+        on its status interval alone, a reader waiting for another partition's
+        event would wait up to that interval.  So when a peer's status says it
+        covers more than this one, and nothing of this partition's is pending,
+        this one writes its status now (notifications arriving meanwhile are
+        coalesced into that one write; a partition never reacts to a peer that
+        is not ahead, so two partitions do not echo each other)."""
+        if self.partition is None:
+            return
+        own = f"{SNAPSHOT_PROJECTOR}.{self.partition}"
+
+        async def on_status(msg: Msg) -> None:
+            if msg.subject == own or self._stream_pending:
+                return
+            try:
+                peer = _status_decoder.decode(msg.data)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                return  # not ours to judge; readers log undecodable records
+            if peer.partitions == self.partitions and peer.covered_seq > self._covered_seq:
+                self._status_due = True
+                self._wake.set()
+
+        self._peers = await self._nc.subscribe(f"{SNAPSHOT_PROJECTOR}.*", cb=on_status)
+
     async def _next_of(self, subject: str, seq: int) -> int | None:
         """The first CRR_EVENTS sequence >= `seq` on `subject` (a filter), None: none yet."""
         try:
@@ -709,6 +744,7 @@ class Projector:
         relay = asyncio.create_task(relay_stop())
         await provision(self._nc, self._settings)
         await self._check_layout()
+        await self._hear_peers()
         remove_listener = add_reconnect_listener(self._nc, self._on_reconnect)
         graceful = False
         try:
@@ -738,7 +774,7 @@ class Projector:
                 wait = next_status - now
                 if deadline is not None:
                     wait = min(wait, deadline - now)
-                if not self._dirty and wait > 0:
+                if not self._dirty and not self._status_due and wait > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), wait)
                 self._wake.clear()
@@ -756,7 +792,8 @@ class Projector:
                         await self._flush()
                     # Status after every flush, so readers of CRR_SNAPSHOT learn the
                     # position right behind the records it covers (stream order).
-                    if wrote or now >= next_status:
+                    if wrote or now >= next_status or self._status_due:
+                        self._status_due = False
                         await self._write_status(now)
                         next_status = now + self._status_interval
                     failures = 0
@@ -777,6 +814,10 @@ class Projector:
         finally:
             relay.cancel()
             remove_listener()
+            if self._peers is not None:
+                with contextlib.suppress(nats.errors.Error):
+                    await self._peers.unsubscribe()
+                self._peers = None
             if self._check is not None:
                 self._check.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

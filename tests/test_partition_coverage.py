@@ -13,6 +13,7 @@ from bus.connection import connect
 from bus.streams import StreamSettings, provision
 from bus.subjects import EVENTS_STREAM, SNAPSHOT_PROJECTOR
 from ops.projector import Projector
+from ops.view import SchedulerView
 from projections.coverage import Coverage
 from schemas.errors import CrrError
 from schemas.snapshot import ProjectorStatus
@@ -96,3 +97,40 @@ def test_partition_needs_partitioned_settings() -> None:
         Projector(None, partition=0)  # type: ignore[arg-type]  # never connects
     with pytest.raises(CrrError, match=r"N > max\(1, 2\)"):
         Projector(None, partition=2, settings=StreamSettings(partitions=2))  # type: ignore[arg-type]
+
+
+async def test_wait_until_does_not_wait_for_an_idle_partitions_status_interval(
+        nats_url: str) -> None:
+    """Given two partitions whose periodic status is an hour apart, when reports land in one
+    partition at a time, then a view's `wait_until` on each returns at once: the idle
+    partition hears the other's status and writes its own (its `covered_seq` moves past)."""
+    async with connect(nats_url, name="crr-test") as nc:
+        settings = StreamSettings(partitions=2)
+        await provision(nc, settings, update=True)
+        stop = asyncio.Event()
+        projectors = [Projector(nc, status_interval=3600, partition=k, settings=settings)
+                      for k in (0, 1)]
+        tasks = [asyncio.create_task(p.run(stop)) for p in projectors]
+        view = SchedulerView(nc)
+        try:
+            await asyncio.wait_for(asyncio.gather(*(p.ready.wait() for p in projectors)), 20)
+            await view.start()
+            await view.wait_ready(10)
+            await publish_catalog(nc)
+            seen: set[int] = set()
+            i = 0
+            while seen != {0, 1} or i < 8:
+                host = f"node{i}"
+                seq = await publish_report(nc, "scratch", host, {"scratch_free": float(i)})
+                seen.add(await partition_of(nc, seq))
+                await view.wait_until(seq, timeout=5)
+                record = view.table.get(host)
+                assert record is not None
+                assert record.values["scratch_free"].value == float(i)
+                i += 1
+        finally:
+            await view.stop()
+            stop.set()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait_for(t, 10)

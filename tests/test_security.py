@@ -25,14 +25,18 @@ from nats.js.api import StreamConfig
 
 from bus.connection import connect, open_connection
 from bus.outbox import Outbox
-from bus.subjects import event_subject, msg_id
+from bus.streams import StreamSettings, provision
+from bus.subjects import CATALOG, event_subject, msg_id
+from ops.nats_auth import secure_demo_setup
+from ops.projector import Projector
 from ops.view import loaded_view
 from producers.agent import Agent
 from producers.external import CentralRunner, ExternalReporter
+from schemas.catalog_loader import load_catalog_text
 from schemas.codec import encode
 from schemas.errors import AuthError, NotConnectedError
 from schemas.events import Report
-from tests.security_support import CATALOG_YAML, REPORTERS, Rig, eventually, secure_rig
+from tests.security_support import CATALOG_YAML, HOSTS, REPORTERS, Rig, eventually, secure_rig
 
 SAFE_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
 
@@ -319,3 +323,45 @@ async def test_external_run_command_with_reporter_credentials(tmp_path: Path) ->
             out, err = await asyncio.wait_for(proc.communicate(), 20)
         assert proc.returncode == 0, err.decode()
         assert_no_secret(rig, cmdline, out, err)
+
+
+async def test_partitioned_projectors_need_no_more_than_the_projector_role(
+        tmp_path: Path) -> None:
+    """With the generated `projector` credentials: repartition (`--update`), run two
+    partitions whose periodic status is an hour apart, and a `view` still sees every report
+    at once — so the role allows the stream update, the `next_by_subj` lookups and hearing
+    the other partition's status (a refused subscription would leave `wait_until` waiting)."""
+    catalog = load_catalog_text(CATALOG_YAML)
+    demo = await secure_demo_setup(tmp_path / "store", catalog=catalog, hosts=HOSTS)
+    settings = StreamSettings(partitions=2)
+    try:
+        async with connect(demo.url, creds=demo.creds("admin"), name="t-admin") as nc:
+            await provision(nc)
+            await nc.jetstream().publish(CATALOG, encode(catalog))
+        async with connect(demo.url, creds=demo.creds("projector"), name="t-projector") as pnc:
+            await provision(pnc, settings, update=True)
+            stop = asyncio.Event()
+            projectors = [Projector(pnc, status_interval=3600, partition=k, settings=settings)
+                          for k in (0, 1)]
+            tasks = [asyncio.create_task(p.run(stop)) for p in projectors]
+            try:
+                await asyncio.wait_for(
+                    asyncio.gather(*(p.ready.wait() for p in projectors)), 20)
+                async with (connect(demo.url, creds=demo.creds("view"), name="t-view") as vnc,
+                            loaded_view(vnc) as view):
+                    for i, host in enumerate(HOSTS * 2):
+                        async with connect(demo.url, creds=demo.creds(f"host.{host}"),
+                                           name=f"t-{host}") as hnc:
+                            ack = await hnc.jetstream().publish(
+                                event_subject("report", "scratch", host), encode(Report(
+                                    reporter="scratch", host=host, boot="b", seq=i + 1,
+                                    observed_at="2026-12-02T14:00:00.000Z",
+                                    values={"scratch_free": float(i)})))
+                        await view.wait_until(ack.seq, timeout=5)
+                        assert view.select(f"scratch_free == {i}") == [host]
+            finally:
+                stop.set()
+                for t in tasks:
+                    await asyncio.wait_for(t, 10)
+    finally:
+        await asyncio.to_thread(demo.stop)
