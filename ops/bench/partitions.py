@@ -122,9 +122,9 @@ async def bench(hosts: int, probes: int, status_interval: float, store: Path) ->
                                    partition=None if n == 1 else 0)]
                 async with running(first) as startup:
                     cost = await coverage_seconds(first[0], 200)
-                rest = [Projector(nc, settings=settings, status_interval=status_interval,
-                                  partition=k) for k in range(1, n)]
-                async with running(first + rest):
+                fresh = [Projector(nc, settings=settings, status_interval=status_interval,
+                                   partition=None if n == 1 else k) for k in range(n)]
+                async with running(fresh):
                     latencies = await wait_latencies(nc, probes)
                 results[name] = (startup, cost, latencies)
     base_start, base_cost, base_lat = results["unpartitioned"]
