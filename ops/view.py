@@ -56,13 +56,12 @@ from typing import Final
 
 import msgspec
 import nats.errors
-import nats.js.errors
-import tenacity
 from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
 from bus.connection import add_reconnect_listener
 from bus.ordered import OrderedReader, StoredMessage
+from bus.stream_check import still_holds
 from bus.subjects import (
     SNAPSHOT_CATALOG,
     SNAPSHOT_CLUSTER,
@@ -453,39 +452,20 @@ class SchedulerView:
 
     async def _check_sequence(self) -> None:
         """After a reconnect: reload if the stream no longer holds what the view applied."""
-        js = self._nc.jetstream(timeout=2.0)
+        last = self._last
+        if last is None:
+            return
         try:
-            async for attempt in tenacity.AsyncRetrying(
-                stop=tenacity.stop_after_delay(60),
-                wait=tenacity.wait_exponential(multiplier=0.05, max=2.0)
-                + tenacity.wait_random(0, 0.1),
-                retry=tenacity.retry_if_exception_type((nats.errors.Error, TimeoutError)),
-                reraise=True,
-            ):
-                with attempt:
-                    last = self._last
-                    info = await js.stream_info(SNAPSHOT_STREAM)
-                    regressed = last is not None and info.state.last_seq < last.seq
-                    if last is not None and not regressed:
-                        regressed = not await self._still_stored(last)
-        except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
-            log.warning("scheduler view: cannot check %s after a reconnect: %s",
+            held = await still_holds(self._nc, SNAPSHOT_STREAM, last.seq, last.subject, last.data)
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning("scheduler view: cannot check %s after a reconnect: %r",
                         SNAPSHOT_STREAM, exc)
             return
-        if regressed:
-            assert last is not None
-            log.warning("scheduler view: %s went backwards (last_seq %d, view at %d): the "
-                        "server lost acknowledged records; reloading", SNAPSHOT_STREAM,
-                        info.state.last_seq, last.seq)
+        if not held:
+            log.warning("scheduler view: %s went backwards (seq %d the view applied is no "
+                        "longer stored): the server lost acknowledged records; reloading",
+                        SNAPSHOT_STREAM, last.seq)
             await self._reload()
-
-    async def _still_stored(self, last: StoredMessage) -> bool:
-        """Whether the stream still holds `last` at its sequence (superseded counts as yes)."""
-        try:
-            stored = await self._nc.jetstream(timeout=2.0).get_msg(SNAPSHOT_STREAM, seq=last.seq)
-        except nats.js.errors.NotFoundError:
-            return True  # superseded by a newer record on its subject, which the consumer gets
-        return stored.subject == last.subject and (stored.data or b"") == last.data
 
     async def _reload(self) -> None:
         """Load the stream again on a new consumer; the old table serves until the swap."""

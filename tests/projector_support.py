@@ -11,6 +11,7 @@ from typing import Any
 
 from nats.aio.client import Client
 
+from bus.streams import StreamSettings
 from bus.subjects import CATALOG, event_subject, host_snapshot_subject
 from ops.projector import Projector
 from schemas.catalog import Catalog
@@ -81,3 +82,36 @@ async def running_projector(nc: Client, **options: Any) -> AsyncIterator[Project
         stop.set()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, 10)
+
+
+@asynccontextmanager
+async def running_partitions(nc: Client, n: int, **options: Any) -> AsyncIterator[list[Projector]]:
+    """`n` partition projectors (one unpartitioned for n == 1), `options` as for `Projector`
+    (default `status_interval=0.5`, `projector_id=p<k>`), running as tasks until the block
+    ends; all ready on entry (a projector that stops first re-raises why)."""
+    stop = asyncio.Event()
+    settings = StreamSettings(partitions=n)
+    running = [Projector(nc, **{"status_interval": 0.5, "projector_id": f"p{k}",
+                                "settings": settings, "partition": None if n == 1 else k,
+                                **options}) for k in range(n)]
+    tasks = [asyncio.create_task(p.run(stop)) for p in running]
+
+    async def all_ready() -> None:
+        for p in running:
+            await p.ready.wait()
+
+    ready = asyncio.create_task(all_ready())
+    try:
+        done, _ = await asyncio.wait([*tasks, ready], timeout=30,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        for t in tasks:
+            if t in done:
+                t.result()  # why it stopped
+        assert ready in done, "projectors not ready in time"
+        yield running
+    finally:
+        stop.set()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(t, 10)

@@ -3,9 +3,6 @@ partitioned projectors with one position (the minimum)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-
 import pytest
 from nats.aio.client import Client
 
@@ -13,12 +10,12 @@ from bus.connection import connect
 from bus.streams import StreamSettings, provision
 from bus.subjects import EVENTS_STREAM, SNAPSHOT_PROJECTOR
 from ops.projector import Projector
-from ops.view import SchedulerView
+from ops.view import loaded_view
 from projections.coverage import Coverage
 from schemas.errors import CrrError
 from schemas.snapshot import ProjectorStatus
 from tests.fault_support import eventually, projector_status
-from tests.projector_support import publish_catalog, publish_report
+from tests.projector_support import publish_catalog, publish_report, running_partitions
 
 
 async def partition_of(nc: Client, seq: int) -> int:
@@ -34,14 +31,8 @@ async def test_idle_partition_covers_the_other_partitions_events(nats_url: str) 
     sequence although its own `last_seq` is older, and the readers' minimum is that last
     sequence."""
     async with connect(nats_url, name="crr-test") as nc:
-        settings = StreamSettings(partitions=2)
-        await provision(nc, settings)
-        stop = asyncio.Event()
-        projectors = [Projector(nc, status_interval=0.2, partition=k, settings=settings,
-                                projector_id=f"part{k}") for k in (0, 1)]
-        tasks = [asyncio.create_task(p.run(stop)) for p in projectors]
-        try:
-            await asyncio.wait_for(asyncio.gather(*(p.ready.wait() for p in projectors)), 20)
+        await provision(nc, StreamSettings(partitions=2))
+        async with running_partitions(nc, 2, status_interval=0.2):
             await publish_catalog(nc)
             # Hosts until one lands in each partition, then more of partition 1's only.
             owner: dict[str, int] = {}
@@ -66,11 +57,6 @@ async def test_idle_partition_covers_the_other_partitions_events(nats_url: str) 
 
             statuses: list[ProjectorStatus] = await eventually(both_cover, 10,
                                                                "both partitions cover")
-        finally:
-            stop.set()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait_for(t, 10)
     zero, one = statuses
     assert zero.last_seq == own_last < last  # its own events end earlier...
     assert zero.covered_seq == last  # ...but nothing of its own comes before `last`
@@ -105,17 +91,9 @@ async def test_wait_until_does_not_wait_for_an_idle_partitions_status_interval(
     partition at a time, then a view's `wait_until` on each returns at once: the idle
     partition hears the other's status and writes its own (its `covered_seq` moves past)."""
     async with connect(nats_url, name="crr-test") as nc:
-        settings = StreamSettings(partitions=2)
-        await provision(nc, settings, update=True)
-        stop = asyncio.Event()
-        projectors = [Projector(nc, status_interval=3600, partition=k, settings=settings)
-                      for k in (0, 1)]
-        tasks = [asyncio.create_task(p.run(stop)) for p in projectors]
-        view = SchedulerView(nc)
-        try:
-            await asyncio.wait_for(asyncio.gather(*(p.ready.wait() for p in projectors)), 20)
-            await view.start()
-            await view.wait_ready(10)
+        await provision(nc, StreamSettings(partitions=2), update=True)
+        async with (running_partitions(nc, 2, status_interval=3600),
+                    loaded_view(nc, 10) as view):
             await publish_catalog(nc)
             seen: set[int] = set()
             i = 0
@@ -128,9 +106,3 @@ async def test_wait_until_does_not_wait_for_an_idle_partitions_status_interval(
                 assert record is not None
                 assert record.values["scratch_free"].value == float(i)
                 i += 1
-        finally:
-            await view.stop()
-            stop.set()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait_for(t, 10)

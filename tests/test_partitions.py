@@ -2,38 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-
 import pytest
 from nats.aio.client import Client
 
 from bus.connection import connect
 from bus.streams import StreamSettings, provision
 from bus.subjects import EVENTS_STREAM, SNAPSHOT_PROJECTOR, is_projector_status
-from ops.projector import Projector
 from ops.replay import read_consistent_snapshot
 from ops.snapshot_reader import read_snapshot
-from ops.view import SchedulerView
+from ops.view import SchedulerView, loaded_view
 from schemas.codec import encode
 from schemas.errors import CrrError, CrrTimeoutError
 from schemas.snapshot import ProjectorStatus
 from tests.fault_support import eventually, projector_status, stored_events
-from tests.projector_support import publish_catalog, publish_report
+from tests.projector_support import publish_catalog, publish_report, running_partitions
 from tests.test_replay import cli
 
 HOSTS = [f"node{i}.dc{i % 3}" for i in range(24)]
-
-
-async def run_partitions(nc: Client, n: int) -> tuple[list[Projector], asyncio.Event,
-                                                       list[asyncio.Task[None]]]:
-    """Start `n` partition projectors in this process; each ready on return."""
-    stop = asyncio.Event()
-    projectors = [Projector(nc, status_interval=0.5, partition=k, projector_id=f"part{k}",
-                            settings=StreamSettings(partitions=n)) for k in range(n)]
-    tasks = [asyncio.create_task(p.run(stop)) for p in projectors]
-    await asyncio.wait_for(asyncio.gather(*(p.ready.wait() for p in projectors)), 20)
-    return projectors, stop, tasks
 
 
 async def test_two_partitions_one_snapshot(nats_url: str) -> None:
@@ -41,8 +26,7 @@ async def test_two_partitions_one_snapshot(nats_url: str) -> None:
     partition 0 owns catalog and cluster; readers see every host in one CRR_SNAPSHOT."""
     async with connect(nats_url, name="crr-test") as nc:
         await provision(nc, StreamSettings(partitions=2))
-        projectors, stop, tasks = await run_partitions(nc, 2)
-        try:
+        async with running_partitions(nc, 2) as projectors:
             await publish_catalog(nc)
             for i, host in enumerate(HOSTS):
                 await publish_report(nc, "scratch", host, {"scratch_free": float(i)})
@@ -56,11 +40,6 @@ async def test_two_partitions_one_snapshot(nats_url: str) -> None:
 
             snap = await eventually(complete, 20, "both partitions written")
             statuses = [await projector_status(nc, f"{SNAPSHOT_PROJECTOR}.{k}") for k in (0, 1)]
-        finally:
-            stop.set()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait_for(t, 10)
         events = await stored_events(nc)
     for i, host in enumerate(HOSTS):
         assert snap.hosts[host].values["scratch_free"].value == float(i)
@@ -85,11 +64,7 @@ async def test_view_waits_on_every_partition(nats_url: str) -> None:
     every host's latest value; `view.projectors` lists both partitions' statuses."""
     async with connect(nats_url, name="crr-test") as nc:
         await provision(nc, StreamSettings(partitions=2))
-        projectors, stop, tasks = await run_partitions(nc, 2)
-        view = SchedulerView(nc)
-        try:
-            await view.start()
-            await view.wait_ready(10)
+        async with running_partitions(nc, 2) as projectors, loaded_view(nc, 10) as view:
             await publish_catalog(nc)
             for rnd in (1, 2):  # the second round is what the view must end with
                 for i, host in enumerate(HOSTS):
@@ -100,12 +75,6 @@ async def test_view_waits_on_every_partition(nats_url: str) -> None:
             values = {h: view.table.get(h) for h in HOSTS}
             statuses = view.projectors
             position = view.projector_position
-        finally:
-            await view.stop()
-            stop.set()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait_for(t, 10)
     owned = [set(p.state.hosts) for p in projectors]
     assert owned[0], "partition 0 should get hosts"
     assert owned[1], "partition 1 should get hosts"
@@ -115,7 +84,7 @@ async def test_view_waits_on_every_partition(nats_url: str) -> None:
         assert snap.values["scratch_free"].value == float(200 + i), host
     assert position >= last
     assert [(s.partition, s.partitions) for s in statuses] == [(0, 2), (1, 2)]
-    assert [s.projector_id for s in statuses] == ["part0", "part1"]
+    assert [s.projector_id for s in statuses] == ["p0", "p1"]
 
 
 def _status(seq: int, partition: int | None = None) -> ProjectorStatus:

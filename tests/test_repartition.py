@@ -10,8 +10,6 @@ computes it).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
 import pytest
 from nats.aio.client import Client
@@ -22,38 +20,14 @@ from ops.projector import Projector
 from ops.snapshot_reader import SnapshotContents, read_snapshot
 from schemas.errors import StreamConfigError
 from tests.fault_support import eventually, stored_events
-from tests.projector_support import publish_catalog, publish_report, stored_host
+from tests.projector_support import (
+    publish_catalog,
+    publish_report,
+    running_partitions,
+    stored_host,
+)
 
 HOSTS = [f"gpu-{i:03d}.dc{i % 3}" for i in range(16)] + ["ünïcode host", "x"]
-
-
-@contextlib.asynccontextmanager
-async def projectors(nc: Client, n: int) -> AsyncIterator[list[Projector]]:
-    """`n` partition projectors (or one unpartitioned for n == 1), ready on entry."""
-    stop = asyncio.Event()
-    settings = StreamSettings(partitions=n)
-    running = [Projector(nc, status_interval=0.2, settings=settings, projector_id=f"p{k}",
-                         partition=None if n == 1 else k) for k in range(n)]
-    tasks = [asyncio.create_task(p.run(stop)) for p in running]
-    try:
-        async def all_ready() -> None:
-            for p in running:
-                await p.ready.wait()
-
-        ready = asyncio.create_task(all_ready())
-        done, _ = await asyncio.wait([*tasks, ready], timeout=30,
-                                     return_when=asyncio.FIRST_COMPLETED)
-        ready.cancel()
-        for t in tasks:
-            if t in done:
-                t.result()  # why it stopped
-        assert all(p.ready.is_set() for p in running), "projectors not ready in time"
-        yield running
-    finally:
-        stop.set()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, StreamConfigError):
-                await asyncio.wait_for(t, 10)
 
 
 async def settled(nc: Client, want: dict[str, tuple[float, list[str]]]) -> SnapshotContents:
@@ -113,14 +87,14 @@ async def test_repartition_carries_state_and_keeps_one_writer(nc: Client) -> Non
     await report_all(nc, "scratch", 1)
     await report_all(nc, "datasets", 1)
     want = {h: (100.0 + i, ["d1"]) for i, h in enumerate(HOSTS)}
-    async with projectors(nc, 1):
+    async with running_partitions(nc, 1, status_interval=0.2):
         await settled(nc, want)
         written = [(await stored_host(nc, h))[0] for h in HOSTS]
     scratch = 1
     for phase, (n, reporter) in enumerate([(2, "scratch"), (3, "datasets"), (1, "scratch")],
                                           start=2):
         await provision(nc, StreamSettings(partitions=n), update=True)
-        async with projectors(nc, n) as running:
+        async with running_partitions(nc, n, status_interval=0.2) as running:
             # Loaded across the change: nothing differs, so nothing is rewritten.
             await settled(nc, want)
             assert [(await stored_host(nc, h))[0] for h in HOSTS] == written

@@ -28,7 +28,6 @@ from bus.outbox import Outbox
 from bus.streams import StreamSettings, provision
 from bus.subjects import CATALOG, event_subject, msg_id
 from ops.nats_auth import secure_demo_setup
-from ops.projector import Projector
 from ops.view import loaded_view
 from producers.agent import Agent
 from producers.external import CentralRunner, ExternalReporter
@@ -36,6 +35,7 @@ from schemas.catalog_loader import load_catalog_text
 from schemas.codec import encode
 from schemas.errors import AuthError, NotConnectedError
 from schemas.events import Report
+from tests.projector_support import running_partitions
 from tests.security_support import CATALOG_YAML, HOSTS, REPORTERS, Rig, eventually, secure_rig
 
 SAFE_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
@@ -340,28 +340,18 @@ async def test_partitioned_projectors_need_no_more_than_the_projector_role(
             await nc.jetstream().publish(CATALOG, encode(catalog))
         async with connect(demo.url, creds=demo.creds("projector"), name="t-projector") as pnc:
             await provision(pnc, settings, update=True)
-            stop = asyncio.Event()
-            projectors = [Projector(pnc, status_interval=3600, partition=k, settings=settings)
-                          for k in (0, 1)]
-            tasks = [asyncio.create_task(p.run(stop)) for p in projectors]
-            try:
-                await asyncio.wait_for(
-                    asyncio.gather(*(p.ready.wait() for p in projectors)), 20)
-                async with (connect(demo.url, creds=demo.creds("view"), name="t-view") as vnc,
-                            loaded_view(vnc) as view):
-                    for i, host in enumerate(HOSTS * 2):
-                        async with connect(demo.url, creds=demo.creds(f"host.{host}"),
-                                           name=f"t-{host}") as hnc:
-                            ack = await hnc.jetstream().publish(
-                                event_subject("report", "scratch", host), encode(Report(
-                                    reporter="scratch", host=host, boot="b", seq=i + 1,
-                                    observed_at="2026-12-02T14:00:00.000Z",
-                                    values={"scratch_free": float(i)})))
-                        await view.wait_until(ack.seq, timeout=5)
-                        assert view.select(f"scratch_free == {i}") == [host]
-            finally:
-                stop.set()
-                for t in tasks:
-                    await asyncio.wait_for(t, 10)
+            async with (running_partitions(pnc, 2, status_interval=3600),
+                        connect(demo.url, creds=demo.creds("view"), name="t-view") as vnc,
+                        loaded_view(vnc) as view):
+                for i, host in enumerate(HOSTS * 2):
+                    async with connect(demo.url, creds=demo.creds(f"host.{host}"),
+                                       name=f"t-{host}") as hnc:
+                        ack = await hnc.jetstream().publish(
+                            event_subject("report", "scratch", host), encode(Report(
+                                reporter="scratch", host=host, boot="b", seq=i + 1,
+                                observed_at="2026-12-02T14:00:00.000Z",
+                                values={"scratch_free": float(i)})))
+                    await view.wait_until(ack.seq, timeout=5)
+                    assert view.select(f"scratch_free == {i}") == [host]
     finally:
         await asyncio.to_thread(demo.stop)
