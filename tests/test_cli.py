@@ -10,6 +10,7 @@ import pytest
 
 from bus.connection import connect
 from bus.server import NatsServer
+from bus.streams import StreamSettings, provision
 from ops.cli import main
 from tests.projector_support import FAST_CATALOG_YAML, running_projector
 
@@ -85,3 +86,31 @@ def test_huge_report_is_a_clear_error(
     assert code == 1
     assert "max_payload" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_projector_partition_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--partition K` needs `--partitions N > K`, said in one line before connecting."""
+    for argv in (["--partitions", "2"], ["--partitions", "2", "--partition", "2"],
+                 ["--partitions", "1", "--partition", "1"]):
+        code = main(["projector", "--server", "nats://127.0.0.1:1", *argv])
+        err = capsys.readouterr().err
+        assert code == 1, argv
+        assert "--partition K (0 <= K < N) goes with --partitions N > 1" in err
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_projector_refuses_a_stream_of_another_layout(
+        nats_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """On a CRR_EVENTS stored for 2 partitions, an unpartitioned `crr projector` — also in the
+    systemd template's form `--partitions 1 --partition 0` — exits 1 saying how to run it."""
+    async def partition_stream() -> None:
+        async with connect(nats_url, name="t") as nc:
+            await provision(nc, StreamSettings(partitions=2), update=True)
+
+    asyncio.run(partition_stream())
+    for argv in ([], ["--partitions", "1", "--partition", "0"]):
+        code = main(["projector", "--server", nats_url, *argv])
+        err = capsys.readouterr().err
+        assert code == 1, argv
+        assert "stored for 2 projector partition(s), this projector for 1" in err
+        assert "Traceback" not in err

@@ -34,7 +34,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="number of projector partitions N (CRR_EVENTS stores host events "
                         "with partition(N, host); needs --update on an existing stream)")
     p.add_argument("--partition", type=int, default=None,
-                   help="the partition this projector folds, 0..N-1 (with --partitions)")
+                   help="the partition this projector folds, 0..N-1 (with --partitions; "
+                        "0 of 1 is one projector, as the systemd template runs it)")
     p.add_argument("--update", action="store_true",
                    help="change an existing stream's settings (e.g. to repartition)")
     p.add_argument("--id", dest="projector_id", default=None,
@@ -45,6 +46,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 async def run(args: argparse.Namespace) -> int:
     """Run until SIGINT/SIGTERM; reconnects forever."""
     stop = stop_on_signals()
+    if args.partitions == 1 and args.partition == 0:
+        args.partition = None  # "partition 0 of 1" is one projector (the systemd template)
     if args.partitions < 1 or (args.partitions > 1) != (args.partition is not None) or (
             args.partition is not None and not 0 <= args.partition < args.partitions):
         raise CrrError("--partition K (0 <= K < N) goes with --partitions N > 1")
