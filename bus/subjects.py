@@ -102,13 +102,29 @@ class EventAddress(NamedTuple):
     host: str | None
 
 
+def published_subject(stored: str) -> str:
+    """The subject an event was published on, from the one CRR_EVENTS stores it under.
+
+    A partitioned stream (`bus.streams.partition_transform`) stores host events
+    as `crr.v1.<kind>.host.<host>.<reporter>.<partition>`; every reader that
+    folds or parses stored events goes through this (or `parse_event_subject`,
+    which accepts both forms), whatever layout stored the event.
+    """
+    if stored.count(".") == 6:
+        head, _, tail = stored.rpartition(".")
+        if tail.isdigit() and ".host." in head:
+            return head
+    return stored
+
+
 def parse_event_subject(subject: str) -> EventAddress:
-    """Split an event subject; SubjectError if it is not one of DESIGN §3's forms."""
+    """Split an event subject (as published, or as a partitioned stream stores it);
+    SubjectError if it is not one of DESIGN §3's forms."""
     parts = subject.split(".")
     if len(parts) < 5 or parts[0] != "crr" or parts[1] != "v1" or parts[2] not in EVENT_TYPES:
         raise SubjectError(f"not a crr event subject: {subject!r}")
     kind: EventType = parts[2]
-    if parts[3] == "host" and len(parts) == 6:
+    if parts[3] == "host" and (len(parts) == 6 or (len(parts) == 7 and parts[6].isdigit())):
         return EventAddress(kind, untoken(parts[5]), untoken(parts[4]))
     if parts[3] == "cluster" and len(parts) == 5:
         return EventAddress(kind, untoken(parts[4]), None)

@@ -72,6 +72,7 @@ from bus.subjects import (
     SNAPSHOT_PROJECTOR,
     SNAPSHOT_STREAM,
     host_snapshot_subject,
+    published_subject,
 )
 from ops.lease import Lease, is_fence_refusal
 from ops.metrics import ProjectorMetrics
@@ -346,9 +347,8 @@ class Projector:
         if self.partition is not None and not self._owns(subject):
             self._stream_pending = m.pending  # caught up counts past others' events too
             return
-        if subject.count(".") == 6 and subject.rpartition(".")[2].isdigit():
-            # The partition token of the transform (of this layout or an earlier one).
-            subject = subject.rpartition(".")[0]
+        if subject.count(".") == 6:  # stored with a partition token (this layout's or not)
+            subject = published_subject(subject)
         env = Envelope(seq=m.seq, subject=subject, received_at=m.time, data=m.data)
         ch = apply(self.state, env)
         self.applied += 1

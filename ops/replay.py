@@ -47,6 +47,7 @@ from bus.subjects import (
     EVENTS_STREAM,
     SNAPSHOT_STREAM,
     is_projector_status,
+    published_subject,
     token,
 )
 from ops.progress import Progress
@@ -138,7 +139,8 @@ def to_envelope(line: ExportLine) -> Envelope:
             raise PayloadError(f"payload is not base64: {exc}") from exc
     else:
         raise PayloadError(f"unknown payload_encoding {line.payload_encoding!r}")
-    return Envelope(seq=line.seq, subject=line.subject, received_at=t, data=data)
+    return Envelope(seq=line.seq, subject=published_subject(line.subject), received_at=t,
+                    data=data)
 
 
 # -- reading a file ---------------------------------------------------------------------
@@ -164,7 +166,7 @@ def _fast_envs(body: bytes, report: FileReport, last_seq: list[int]) -> list[Env
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None  # a malformed or blank line: the careful path finds which
     try:
-        out = [Envelope(seq=ln.seq, subject=ln.subject, received_at=ln.ts,
+        out = [Envelope(seq=ln.seq, subject=published_subject(ln.subject), received_at=ln.ts,
                         data=bytes(ln.payload))
                if ln.ts is not None and ln.payload_encoding is None else to_envelope(ln)
                for ln in decoded]
@@ -498,8 +500,8 @@ async def run_replay(replay: Replay, *, nc: Client | None, file: str | None,
         feed = replay.feed
         with Progress(label, total=total or None, unit="events") as bar:
             def on_message(m: StoredMessage) -> bool:
-                go = feed(Envelope(seq=m.seq, subject=m.subject, received_at=m.time,
-                                   data=m.data))
+                go = feed(Envelope(seq=m.seq, subject=published_subject(m.subject),
+                                   received_at=m.time, data=m.data))
                 bar.update(m.seq - rng.first_seq + 1)
                 return go
 

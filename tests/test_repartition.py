@@ -15,9 +15,11 @@ import pytest
 from nats.aio.client import Client
 
 from bus.streams import StreamSettings, partition_of, provision
-from bus.subjects import EVENTS_STREAM, token
+from bus.subjects import EVENTS_STREAM, host_snapshot_subject, token
 from ops.projector import Projector
+from ops.replay import read_snapshot_bytes, run_replay
 from ops.snapshot_reader import SnapshotContents, read_snapshot
+from projections.history import Cut, Replay
 from schemas.errors import StreamConfigError
 from tests.fault_support import eventually, stored_events
 from tests.projector_support import (
@@ -53,6 +55,18 @@ async def report_all(nc: Client, reporter: str, phase: int) -> None:
         await publish_report(nc, reporter, host, values, seq=phase, boot="b")
 
 
+async def assert_replay_matches(nc: Client) -> None:
+    """A replay of the whole CRR_EVENTS (whatever layouts stored it) gives every live host
+    record byte for byte (`crr replay` reads partition-stored subjects as published)."""
+    last = (await nc.jetstream().stream_info(EVENTS_STREAM)).state.last_seq
+    replay = Replay([Cut(seq=last)])
+    await run_replay(replay, nc=nc, file=None, stop_seq=last, label="test")
+    mine = replay.captures[0].records()
+    live = await read_snapshot_bytes(nc)
+    hosts = [host_snapshot_subject(h) for h in HOSTS]
+    assert [mine.get(s) for s in hosts] == [live[s][1] for s in hosts]
+
+
 def assert_one_owner(running: list[Projector], n: int) -> None:
     """Each host is folded by exactly the partition the server's hash gives it."""
     if n == 1:
@@ -80,8 +94,9 @@ async def test_partition_of_is_the_servers_partition(nc: Client) -> None:
 async def test_repartition_carries_state_and_keeps_one_writer(nc: Client) -> None:
     """1 → 2 → 3 → 1 projectors, each change with `--update`: after each, the reporter not
     re-reported keeps its values (loaded from events stored under the old layout), every
-    host is owned by one partition only, nothing is dead-lettered, and a restart without a
-    layout change rewrites nothing."""
+    host is owned by one partition only, nothing is dead-lettered, a restart without a
+    layout change rewrites nothing, and a replay of the mixed-layout stream gives the live
+    records."""
     await provision(nc)
     await publish_catalog(nc)
     await report_all(nc, "scratch", 1)
@@ -106,6 +121,7 @@ async def test_repartition_carries_state_and_keeps_one_writer(nc: Client) -> Non
             before = await settled(nc, want)
             written = [(await stored_host(nc, h))[0] for h in HOSTS]
             assert_one_owner(running, n)
+            await assert_replay_matches(nc)
             assert sum(p.deadletter_count for p in running) == 0
             assert len(before.projectors) == n
             assert {s.partitions for s in before.projectors} == {None if n == 1 else n}
