@@ -8,6 +8,7 @@ for `update=True` (for settings JetStream can change in place).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,15 @@ from nats.js.api import (
     SubjectTransform,
 )
 
-from bus.subjects import EVENT_SUBJECTS, EVENTS_STREAM, SNAPSHOT_STREAM, SNAPSHOT_SUBJECTS
+from bus.subjects import (
+    CATALOG,
+    EVENT_SUBJECTS,
+    EVENTS_STREAM,
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_CLUSTER,
+    SNAPSHOT_STREAM,
+    SNAPSHOT_SUBJECTS,
+)
 from schemas.errors import StreamConfigError
 
 DEFAULT_EVENTS_MAX_AGE = 24 * 3600.0
@@ -75,6 +84,41 @@ def partition_of(host_token: str, partitions: int) -> int:
     for b in host_token.encode():
         h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
     return h % partitions
+
+
+def owner(subject: str, partitions: int) -> int | None:
+    """The partition that folds an event (published or stored subject) or writes a
+    CRR_SNAPSHOT record: the host's `partition_of`; 0 for cluster and catalog subjects
+    (every partition also folds the catalog); None for anything else (dead letters)."""
+    parts = subject.split(".", 5)
+    if len(parts) >= 5 and parts[3] == "host":  # crr.v1.<kind|snapshot>.host.<host>[…]
+        return partition_of(parts[4], partitions)
+    if subject in (CATALOG, SNAPSHOT_CATALOG, SNAPSHOT_CLUSTER) or (
+            len(parts) == 5 and parts[3] == "cluster"):
+        return 0
+    return None
+
+
+def owns(partition: int, partitions: int) -> Callable[[str], bool]:
+    """Whether an event (published or stored subject) is partition `partition`'s to fold:
+    the catalog (every partition's), cluster subjects (partition 0's) and its hosts.
+    Remembers each host token's answer (the projector asks for every event)."""
+    known: dict[str, bool] = {}
+
+    def keep(subject: str) -> bool:
+        parts = subject.split(".", 5)
+        if len(parts) < 5:
+            return subject == CATALOG
+        if parts[3] == "cluster":
+            return partition == 0
+        if parts[3] != "host":
+            return False
+        mine = known.get(parts[4])
+        if mine is None:
+            mine = known[parts[4]] = partition_of(parts[4], partitions) == partition
+        return mine
+
+    return keep
 
 
 def events_config(s: StreamSettings) -> StreamConfig:

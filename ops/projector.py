@@ -62,7 +62,7 @@ from bus.connection import add_reconnect_listener
 from bus.ordered import OrderedReader, StoredMessage
 from bus.pipeline_publish import PipelinePublisher
 from bus.stream_check import still_holds
-from bus.streams import StreamSettings, partition_of, provision, stored_partitions
+from bus.streams import StreamSettings, owns, provision, stored_partitions
 from bus.subjects import (
     CATALOG,
     DEADLETTER,
@@ -239,8 +239,9 @@ class Projector:
         """(seq, subject, data) of the last status written (what CRR_SNAPSHOT must hold)."""
         self._generation = 0
         """Bumped for each CRR_EVENTS consumer: events of a replaced one are ignored."""
-        self._owned: dict[str, bool] = {}
-        """Partitioned: host token -> whether `partition(N, host)` is this partition."""
+        self._owns = None if partition is None else owns(partition, self.partitions or 1)
+        """Partitioned: whether an event is this partition's to fold (the live consumer's
+        filters only deliver its own subjects; the initial load reads every subject)."""
         self._resync = False
         """Set when a stream went backwards: rebuild before the next flush."""
         self._check: asyncio.Task[None] | None = None
@@ -304,25 +305,6 @@ class Projector:
 
     # -- input ------------------------------------------------------------
 
-    def _owns(self, subject: str) -> bool:
-        """Partitioned: whether the event stored on `subject` is this partition's to fold.
-
-        The live consumer's filters only deliver its own subjects; the initial load
-        (every subject: see the module doc) is where this decides."""
-        parts = subject.split(".", 5)
-        if len(parts) < 5:
-            return subject == CATALOG
-        if parts[3] == "cluster":
-            return self.partition == 0
-        if parts[3] != "host":
-            return False  # crr.v1.deadletter: not folded by partitions
-        owned = self._owned.get(parts[4])
-        if owned is None:
-            assert self.partitions is not None
-            owned = self._owned[parts[4]] = (
-                partition_of(parts[4], self.partitions) == self.partition)
-        return owned
-
     def _on_event(self, m: StoredMessage) -> Awaitable[None] | None:
         # A sampled report: the snapshot writes it causes continue its trace (the
         # CONSUMER span is current only now, while the reader calls this).
@@ -344,7 +326,7 @@ class Projector:
     def _fold(self, m: StoredMessage, parent: tracing.SpanContext | None) -> None:
         subject = m.subject
         self._handled_seq = m.seq
-        if self.partition is not None and not self._owns(subject):
+        if self._owns is not None and not self._owns(subject):
             self._stream_pending = m.pending  # caught up counts past others' events too
             return
         if subject.count(".") == 6:  # stored with a partition token (this layout's or not)

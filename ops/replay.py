@@ -42,9 +42,14 @@ from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
 from bus.ordered import OrderedReader, StoredMessage
+from bus.streams import owner
 from bus.subjects import (
     CATALOG,
     EVENTS_STREAM,
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_CLUSTER,
+    SNAPSHOT_HOST_PREFIX,
+    SNAPSHOT_PROJECTOR,
     SNAPSHOT_STREAM,
     is_projector_status,
     published_subject,
@@ -379,40 +384,43 @@ class _Torn(Exception):
     """CRR_SNAPSHOT was read while the projector was writing (a record after the status)."""
 
 
-def _cut_of(raw: dict[str, tuple[int, bytes]]) -> tuple[ProjectorStatus, dict[str, bytes]]:
-    """The unpartitioned projector's status and every record that is not a status record.
+def _cut_of(raw: dict[str, tuple[int, bytes]]) -> tuple[list[ProjectorStatus], dict[str, bytes]]:
+    """The current layout's status records (one projector, or partitions 0..N-1) and every
+    record that is not a status record.
 
-    Status records of an earlier layout (partitions since replaced by one projector)
-    are left out; a partitioned current layout is an error (`--verify` replays one
-    fold of every event, not one per partition).
+    Status records of an earlier layout are left out (`projections.coverage`).  Each
+    record belongs to the projector that writes it (`bus.streams.owner`); one written
+    after its projector's status belongs to a flush still in progress (`_Torn`).
     """
     statuses = {s: raw.pop(s) for s in [s for s in raw if is_projector_status(s)]}
     coverage = Coverage()
     for subject, (seq, data) in statuses.items():
         if data:  # empty: a delete marker
             coverage.add(subject, seq, decode(data, ProjectorStatus))
-    status = coverage.newest
-    if status is None:
+    current = coverage.current
+    if not current:
         raise CrrError("no projector status in CRR_SNAPSHOT (has a projector run?)")
-    if status.partition is not None:
-        n = f"{status.partitions} " if status.partitions else ""
-        raise CrrError(f"CRR_SNAPSHOT is written by {n}partitioned projectors: --verify checks "
-                       "an unpartitioned projector's snapshot; partitioned projectors are not "
-                       "supported by it yet")
-    status_seq = max(seq for seq, data in statuses.values() if data)  # the newest: `status`
-    if any(seq > status_seq for seq, _ in raw.values()):
-        raise _Torn
-    return status, {s: b for s, (_, b) in raw.items()}
+    n = coverage.expected
+    if n is None or len(current) < n:
+        raise CrrError(f"only {len(current)} of {n or '?'} projector partitions have written a "
+                       "status to CRR_SNAPSHOT: start every partition (or wait) and try again")
+    status_seq = {st.partition: statuses[status_subject(st.partition)][0] for st in current}
+    # The records a projector writes (not the HA lease records, nor anything unknown).
+    records = {s: r for s, r in raw.items()
+               if s.startswith(SNAPSHOT_HOST_PREFIX) or s in (SNAPSHOT_CATALOG, SNAPSHOT_CLUSTER)}
+    for subject, (seq, _) in records.items():
+        if seq > status_seq[None if n == 1 else owner(subject, n)]:
+            raise _Torn
+    return current, {s: b for s, (_, b) in records.items()}
 
 
-async def read_consistent_snapshot(nc: Client) -> tuple[ProjectorStatus, dict[str, bytes]]:
-    """The projector status and every other CRR_SNAPSHOT record, read at a consistent point.
+async def read_consistent_cut(nc: Client) -> tuple[list[ProjectorStatus], dict[str, bytes]]:
+    """The projector status records of the current layout and every other CRR_SNAPSHOT
+    record, read at a consistent point.
 
-    Only for one unpartitioned projector (CrrError when partitions write the
-    snapshot; see `_cut_of`).  The projector writes its status after every
-    flush, so the status is the newest message of a consistent cut; a record
-    newer than it belongs to a flush still in progress, and the read is
-    retried (bounded).
+    A projector writes its status after every flush, so each projector's status is
+    newer than every record it wrote in that flush; a record newer than its writer's
+    status belongs to a flush still in progress, and the read is retried (bounded).
     """
     try:
         async for attempt in tenacity.AsyncRetrying(
@@ -426,6 +434,21 @@ async def read_consistent_snapshot(nc: Client) -> tuple[ProjectorStatus, dict[st
         raise CrrError("CRR_SNAPSHOT kept changing while being read (the projector is "
                        "busy); try again") from None
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def read_consistent_snapshot(nc: Client) -> tuple[ProjectorStatus, dict[str, bytes]]:
+    """`read_consistent_cut` for one unpartitioned projector: its status and the records
+    (CrrError when partitions write the snapshot)."""
+    statuses, records = await read_consistent_cut(nc)
+    if len(statuses) != 1 or statuses[0].partition is not None:
+        raise CrrError(f"CRR_SNAPSHOT is written by {len(statuses)} partitioned projectors, "
+                       "not one (read it with read_consistent_cut)")
+    return statuses[0], records
+
+
+def status_subject(partition: int | None) -> str:
+    """Where a projector (partition) writes its status."""
+    return SNAPSHOT_PROJECTOR if partition is None else f"{SNAPSHOT_PROJECTOR}.{partition}"
 
 
 # -- command-line times -------------------------------------------------------------------

@@ -19,7 +19,7 @@ event.  `Replay(lps_upto=start_seq)` folds exactly that input.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import msgspec
@@ -109,8 +109,12 @@ class Replay:
     """
 
     def __init__(self, cuts: list[Cut], *, lps_upto: int = 0,
-                 hosts: Iterable[str] | None = None, log_window: bool = False) -> None:
+                 hosts: Iterable[str] | None = None, log_window: bool = False,
+                 keep: Callable[[str], bool] | None = None) -> None:
+        """`keep(subject)`: fold only the events it accepts (a projector partition's:
+        `bus.streams.owns`); the others are skipped as that partition skips them."""
         self.state = ProjectionState()
+        self._keep = keep
         self.cuts = list(cuts)
         self.captures: list[Capture] = []
         self.lps_upto = lps_upto
@@ -131,6 +135,8 @@ class Replay:
         """Apply one stored event (in stream order); False once every cut is taken."""
         if self.first is None:
             self.first = env
+        if self._keep is not None and not self._keep(env.subject):
+            return True
         lps = self._lps
         if lps is not None:
             if env.seq <= self.lps_upto:
@@ -154,7 +160,7 @@ class Replay:
         The same as calling `feed` for each, with the per-event bookkeeping
         hoisted out of the loop (replay from a file runs here).
         """
-        if self._lps is not None or self._log:
+        if self._lps is not None or self._log or self._keep is not None:
             feed = self.feed
             return all(feed(env) for env in envs)
         if envs and self.first is None:

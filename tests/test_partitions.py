@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from nats.aio.client import Client
 
 from bus.connection import connect
 from bus.streams import StreamSettings, provision
-from bus.subjects import EVENTS_STREAM, SNAPSHOT_PROJECTOR, is_projector_status
-from ops.replay import read_consistent_snapshot
+from bus.subjects import (
+    EVENTS_STREAM,
+    SNAPSHOT_PROJECTOR,
+    host_snapshot_subject,
+    is_projector_status,
+)
+from ops.replay import read_consistent_cut, read_consistent_snapshot
 from ops.snapshot_reader import read_snapshot
 from ops.view import SchedulerView, loaded_view
 from schemas.codec import encode
 from schemas.errors import CrrError, CrrTimeoutError
 from schemas.snapshot import ProjectorStatus
 from tests.fault_support import eventually, projector_status, stored_events
-from tests.projector_support import publish_catalog, publish_report, running_partitions
+from tests.projector_support import (
+    publish_catalog,
+    publish_report,
+    running_partitions,
+    stored_host,
+)
 from tests.test_replay import cli
 
 HOSTS = [f"node{i}.dc{i % 3}" for i in range(24)]
@@ -95,25 +106,55 @@ def _status(seq: int, partition: int | None = None) -> ProjectorStatus:
                            partitions=None if partition is None else 2)
 
 
-async def test_verify_refuses_partitioned_projectors(
+async def test_consistent_snapshot_of_one_projector_or_a_layout(
         nc: Client, nats_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """`crr replay --verify` checks one unpartitioned projector: when partitions' status records
-    are the newest (an older unpartitioned one left behind) it says so plainly; back on one
-    projector, the partitions' left-over records are neither its status nor compared."""
+    """`read_consistent_snapshot` is for one projector: partitions' status records (the newest,
+    an older unpartitioned one left behind) are refused plainly; `read_consistent_cut` gives
+    the partitions' statuses; back on one projector, the partitions' left-over records are
+    neither its status nor compared."""
     js = nc.jetstream()
     await js.publish(SNAPSHOT_PROJECTOR, encode(_status(0)))
     for k in (0, 1):
         await js.publish(f"{SNAPSHOT_PROJECTOR}.{k}", encode(_status(0, k)))
-    with pytest.raises(CrrError, match="partitioned projectors are not supported by it yet"):
+    with pytest.raises(CrrError, match="written by 2 partitioned projectors, not one"):
         await read_consistent_snapshot(nc)
-    code, _, err = await cli(["replay", "--server", nats_url, "--verify"], capsys)
-    assert code == 1
-    assert "CRR_SNAPSHOT is written by 2 partitioned projectors" in err
+    statuses, _ = await read_consistent_cut(nc)
+    assert [s.partition for s in statuses] == [0, 1]
     one = _status(0)
     await js.publish(SNAPSHOT_PROJECTOR, encode(one))
     status, records = await read_consistent_snapshot(nc)
     assert status == one
     assert not any(is_projector_status(s) for s in records)
+
+
+async def test_verify_each_partition(nats_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`crr replay --verify` on two partitions replays each one's own input (its hosts, the
+    catalog, partition 0 the cluster) and finds every record byte-identical; a record
+    tampered with in CRR_SNAPSHOT is reported under the partition that owns it, exit 1."""
+    async with connect(nats_url, name="crr-test") as nc:
+        await provision(nc, StreamSettings(partitions=2))
+        async with running_partitions(nc, 2) as projectors, loaded_view(nc, 10) as view:
+            await publish_catalog(nc)
+            for i, host in enumerate(HOSTS):
+                await publish_report(nc, "scratch", host, {"scratch_free": float(i)})
+            last = await publish_report(nc, "flexlm", None, {"matlab_free": 9.0})
+            await view.wait_until(last, 20)
+            code, out, err = await cli(["replay", "--server", nats_url, "--verify"], capsys)
+            assert code == 0, out + err
+            lines = out.splitlines()
+            assert [ln.split(" at seq")[0] for ln in lines] == [
+                f"verified: {len(projectors[0].state.hosts) + 2} record(s) byte-identical",
+                f"verified: {len(projectors[1].state.hosts)} record(s) byte-identical"]
+            assert "(partition 0 of 2 p0" in lines[0]
+            assert "(partition 1 of 2 p1" in lines[1]
+            victim = sorted(projectors[1].state.hosts)[0]
+            _, snap = await stored_host(nc, victim)
+            forged = msgspec.structs.replace(snap, values={})
+            await nc.jetstream().publish(host_snapshot_subject(victim), encode(forged))
+            code, out, err = await cli(["replay", "--server", nats_url, "--verify"], capsys)
+    assert code == 1, out + err
+    assert f"{host_snapshot_subject(victim)}:" in out
+    assert "partition 1 of 2" in out.split("replay differs")[1].splitlines()[0]
 
 
 async def test_view_follows_the_status_layout(nc: Client) -> None:

@@ -13,7 +13,10 @@ The fold is `projections.fold` (the projector's own code), driven by
 `--verify` replays exactly the input the running projector folded: the last
 event per subject up to its start sequence, then every event up to its
 recorded position (`crr.v1.snapshot.projector`), expired at its recorded
-tick — and compares each record byte for byte.  Caveats (printed with any
+tick — and compares each record byte for byte.  With partitions it does that
+for each partition (`crr.v1.snapshot.projector.<k>`), replaying only the
+events it folds (`bus.streams.owns`) and comparing only the records it
+writes (`bus.streams.owner`).  Caveats (printed with any
 difference): an event delivered to the projector after it already expired
 past that event's server time (a reporter exactly at its deadline, or a clock
 skew between projector and server) can make the live record differ; records
@@ -32,13 +35,14 @@ import msgspec
 from nats.aio.client import Client
 
 from bus.connection import connect
+from bus.streams import owner, owns
 from bus.subjects import SNAPSHOT_CLUSTER
 from ops.replay import (
     SourceReport,
     When,
     check_cuts,
     parse_when,
-    read_consistent_snapshot,
+    read_consistent_cut,
     run_replay,
 )
 from ops.table import LEGEND, render_hosts
@@ -47,7 +51,7 @@ from projections.host_table import HostTable
 from projections.select import compile_select, explain
 from schemas.codec import encode
 from schemas.errors import CrrError
-from schemas.snapshot import HostSnapshot
+from schemas.snapshot import HostSnapshot, ProjectorStatus
 from schemas.timestamps import format_time, parse_time
 
 
@@ -196,19 +200,34 @@ def _show(args: argparse.Namespace, cap: Capture) -> int:
 
 
 async def _verify(nc: Client, args: argparse.Namespace) -> int:
-    status, live = await read_consistent_snapshot(nc)
+    statuses, live = await read_consistent_cut(nc)
+    failed = False
+    for status in statuses:
+        failed |= not await _verify_one(nc, args, status, live)
+    return 1 if failed else 0
+
+
+async def _verify_one(nc: Client, args: argparse.Namespace, status: ProjectorStatus,
+                      live: dict[str, bytes]) -> bool:
+    """Replay one projector's input (a partition's: only what it folds) and compare the
+    records it writes; prints the outcome, True when identical."""
     now = parse_time(status.last_tick)
     hosts = [args.host] if args.host else None
+    k, n = status.partition, status.partitions or 1
+    name = "the projector" if k is None else f"partition {k} of {n}"
     if status.start_seq == 0:
-        print("crr replay: note: the projector did not record its start sequence (older "
+        print(f"crr replay: note: {name} did not record its start sequence (older "
               "version); replaying the full history", file=sys.stderr)
     replay = Replay([Cut(seq=status.last_seq, now=now)], lps_upto=status.start_seq,
-                    hosts=hosts)
+                    hosts=hosts, keep=None if k is None else owns(k, n))
     report = await run_replay(replay, nc=nc, file=args.file, stop_seq=status.last_seq,
-                              label="verify")
+                              label="verify" if k is None else f"verify {k}/{n}")
     _notes(report)
     cap = replay.captures[0]
     mine = cap.records()
+    if k is not None:  # what this partition writes (the others' hosts are theirs)
+        mine = {s: b for s, b in mine.items() if owner(s, n) == k}
+        live = {s: b for s, b in live.items() if owner(s, n) == k}
     if hosts is not None:
         live = {s: b for s, b in live.items() if s in mine}
     differences: list[str] = []
@@ -232,7 +251,7 @@ async def _verify(nc: Client, args: argparse.Namespace) -> int:
         else:
             differences.append(f"{subject}:")
             differences.extend("    " + d for d in json_differences(a, b))
-    where = (f"seq {status.last_seq} (projector {status.projector_id or '?'}, started at seq "
+    where = (f"seq {status.last_seq} ({name} {status.projector_id or '?'}, started at seq "
              f"{status.start_seq}, tick {status.last_tick})")
     if orphans:
         print(f"crr replay: note: {len(orphans)} record(s) have no events left in CRR_EVENTS "
@@ -243,8 +262,8 @@ async def _verify(nc: Client, args: argparse.Namespace) -> int:
         print("(a live record can legitimately differ if an event reached the projector after "
               "it had already expired past that event's server time: clock skew, or a report "
               "landing exactly at its deadline)")
-        return 1
+        return False
     compared = len(set(mine) & set(live))
     print(f"verified: {compared} record(s) byte-identical at {where}; "
           f"{report.events} event(s) read")
-    return 0
+    return True
