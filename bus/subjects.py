@@ -22,12 +22,6 @@ SNAPSHOT_PROJECTOR = f"{PREFIX}.snapshot.projector"
 SNAPSHOT_HOST_PREFIX = f"{PREFIX}.snapshot.host."
 
 
-def is_projector_status(subject: str) -> bool:
-    """`crr.v1.snapshot.projector` (one projector) or `….projector.<k>` (partition k)."""
-    return subject == SNAPSHOT_PROJECTOR or (
-        subject.startswith(SNAPSHOT_PROJECTOR) and subject[len(SNAPSHOT_PROJECTOR)] == "."
-        and subject[len(SNAPSHOT_PROJECTOR) + 1:].isdigit())
-
 EVENT_SUBJECTS = [
     CATALOG,
     DEADLETTER,
@@ -92,6 +86,13 @@ def event_subject(kind: EventType, reporter: str, host: str | None) -> str:
 def host_snapshot_subject(host: str) -> str:
     """`crr.v1.snapshot.host.<host>`."""
     return SNAPSHOT_HOST_PREFIX + token(host)
+
+
+def is_projector_status(subject: str) -> bool:
+    """`crr.v1.snapshot.projector` (one projector) or `….projector.<k>` (partition k)."""
+    return subject == SNAPSHOT_PROJECTOR or (
+        subject.startswith(SNAPSHOT_PROJECTOR) and subject[len(SNAPSHOT_PROJECTOR)] == "."
+        and subject[len(SNAPSHOT_PROJECTOR) + 1:].isdigit())
 
 
 class EventAddress(NamedTuple):

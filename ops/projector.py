@@ -724,12 +724,12 @@ class Projector:
             self._wake.set()
 
         relay = asyncio.create_task(relay_stop())
-        await provision(self._nc, self._settings)
-        await self._check_layout()
-        await self._hear_peers()
         remove_listener = add_reconnect_listener(self._nc, self._on_reconnect)
         graceful = False
         try:
+            await provision(self._nc, self._settings)
+            await self._check_layout()
+            await self._hear_peers()
             await self._follow_events()
             self.warm.set()
             if self._lease is not None and not await self._take_lease(stop):
