@@ -228,11 +228,38 @@ def _stamp(rec: Record, acc: _Acc) -> None:
     rec.as_time = acc.at_time
 
 
-def _reporter(rec: Record, reporter: str, t: float) -> ReporterRecord:
+def _reporter(state: ProjectionState, rec: Record, reporter: str, host: str | None,
+              t: float) -> ReporterRecord:
     rs = rec.reporters.get(reporter)
     if rs is None:
-        rs = rec.reporters[reporter] = ReporterRecord(first_seen=t)
+        rs = rec.reporters[reporter] = _new_reporter(state, reporter, host, t)
     return rs
+
+
+def _new_reporter(state: ProjectionState, reporter: str, host: str | None,
+                  t: float, held: Any = ()) -> ReporterRecord:
+    """A reporter first seen at `t`; its declared resources are due by `t` + their lifetime
+    (`missing` names those still never reported then; `held`: those its first report sets)."""
+    rs = ReporterRecord(first_seen=t)
+    for d in _overdue_deadlines(state, rs, reporter, host, held):
+        _push(state, d, host, reporter, None)
+    return rs
+
+
+def _overdue_deadlines(state: ProjectionState, rs: ReporterRecord, reporter: str,
+                       host: str | None, also: Any = ()) -> list[float]:
+    """When declared resources not yet reported (nor overdue, nor in `also`) become
+    overdue, sorted."""
+    declared = state.rules.get((reporter, "cluster" if host is None else "host"))
+    if not declared:
+        return []
+    held: set[str] = set(also)
+    for b in rs.batches:
+        held.update(b.keyset)
+    overdue = rs.overdue or ()
+    lifetimes = state.lifetimes
+    return sorted({rs.first_seen + lifetimes[n] for n in declared
+                   if n not in held and n not in overdue})
 
 
 def _push(state: ProjectionState, deadline: float, host: str | None, reporter: str,
@@ -343,7 +370,8 @@ def _store(
     received_at = batch.received_at
     rs = rec.reporters.get(reporter)
     if rs is None:
-        rs = rec.reporters[reporter] = ReporterRecord(first_seen=received_at)
+        rs = rec.reporters[reporter] = _new_reporter(state, reporter, host, received_at,
+                                                     batch.keyset)
     life = state.reporter_life.get(reporter)
     silent_at = received_at + (life if life is not None else state.lifetime_of_reporter(reporter))
     heap = state.heap
@@ -380,6 +408,10 @@ def _store(
     rs.last_report_at = received_at
     rs.rejected = rejected
     rs.rejections = reasons
+    if rejected:
+        rs.rejected_total += rejected
+    if rs.overdue and names:
+        rs.overdue.difference_update(names)
     if rs.silent or rs.since is None or rejected or rs.state != "ok":
         rs.silent = False
         rs.restate(received_at)
@@ -456,7 +488,7 @@ def _apply_inventory(
     """Apply an Inventory: replaces the reporter's pool on that host unless it is malformed."""
     reporter = inv.reporter
     rec = state.record(host)
-    rs = _reporter(rec, reporter, received_at)
+    rs = _reporter(state, rec, reporter, host, received_at)
     life = state.lifetime_of_reporter(reporter)
     bad = validate_devices(inv.devices)
     if bad is None:
@@ -466,6 +498,7 @@ def _apply_inventory(
         rs.rejected, rs.rejections = 0, []
     else:
         rs.rejected, rs.rejections = 1, [bad.reason]  # the previous inventory stays
+        rs.rejected_total += 1
     rs.last_report_at = received_at
     rs.silent = False
     rs.restate(received_at)
@@ -481,7 +514,7 @@ def _apply_health(
     reporter = health.reporter
     rec = state.record(host)
     new = reporter not in rec.reporters
-    rs = _reporter(rec, reporter, received_at)
+    rs = _reporter(state, rec, reporter, host, received_at)
     rs.health = health.state
     rs.detail = health.detail
     rs.exit_code = health.exit_code
@@ -539,6 +572,10 @@ def _settle(state: ProjectionState, host: str | None, reporter: str, acc: _Acc, 
         inv.stale = True
         if latest is None or inv.expires_at > latest:
             latest = inv.expires_at
+    if rs is not None:
+        due = _settle_overdue(state, rs, reporter, host, now)
+        if due is not None and (latest is None or due > latest):
+            latest = due
     if rs is not None and not rs.silent:
         silent_at = rs.silence_start() + state.lifetime_of_reporter(reporter)
         if silent_at <= now:
@@ -550,6 +587,34 @@ def _settle(state: ProjectionState, host: str | None, reporter: str, acc: _Acc, 
         rec.as_seq = state.seq
         rec.as_time = max(rec.as_time, latest)
         acc.touch(host)
+
+
+def _settle_overdue(state: ProjectionState, rs: ReporterRecord, reporter: str,
+                    host: str | None, now: float) -> float | None:
+    """Mark declared resources never reported by `now` - first sight + lifetime as overdue;
+    the latest such deadline (the change's time), None if nothing changed."""
+    declared = state.rules.get((reporter, "cluster" if host is None else "host"))
+    if not declared:
+        return None
+    batches = rs.batches
+    if len(batches) == 1 and batches[0].keyset >= declared.keys():
+        return None  # the steady state: everything reported
+    held: set[str] = set()
+    for b in batches:
+        held.update(b.keyset)
+    lifetimes = state.lifetimes
+    latest: float | None = None
+    for n in declared:
+        if n in held or (rs.overdue and n in rs.overdue):
+            continue
+        due = rs.first_seen + lifetimes[n]
+        if due <= now:
+            if rs.overdue is None:
+                rs.overdue = set()
+            rs.overdue.add(n)
+            if latest is None or due > latest:
+                latest = due
+    return latest
 
 
 # -- catalog ------------------------------------------------------------------
@@ -637,6 +702,7 @@ def _apply_catalog(state: ProjectionState, env: Envelope, acc: _Acc) -> str | No
     first = state.catalog is None
     old_lifetimes = state.lifetimes
     state.catalog = catalog
+    state.catalog_seq = env.seq
     _compile(state, catalog)
     acc.catalog = True
     t = env.received_at
@@ -747,6 +813,8 @@ def _rebuild_heap(state: ProjectionState) -> None:
                 other.add(inv.expires_at)
             if rs is not None and not rs.silent:
                 other.add(rs.silence_start() + state.lifetime_of_reporter(reporter))
+            if rs is not None:
+                other.update(_overdue_deadlines(state, rs, reporter, host))
             for d in sorted(other):
                 state.counter += 1
                 entries.append((d, state.counter, host, reporter, None))

@@ -130,6 +130,10 @@ class ReporterRecord(msgspec.Struct):
     exit_code: int | None = None
     boot: str | None = None
     silent: bool = False
+    rejected_total: int = 0
+    """Values (and inventories) rejected since the reporter's first event here."""
+    overdue: set[str] | None = None
+    """Declared resources never reported here that are past `first_seen` + their lifetime."""
     batches: list[Batch] = msgspec.field(default_factory=list)
     """Batches still holding a current value, oldest first; a newer one shadows an older one."""
 
@@ -183,11 +187,13 @@ HeapEntry = tuple[float, int, str | None, str, Batch | None]
 class ProjectionState:
     """The mutable state of one fold.  Create empty; feed it with `projections.fold.apply`."""
 
-    __slots__ = ("catalog", "cluster", "counter", "decoders", "fast", "heap", "hosts",
+    __slots__ = ("catalog", "catalog_seq", "cluster", "counter", "decoders", "fast", "heap", "hosts",
                  "lifetimes", "pending", "reporter_life", "rules", "seq", "sets", "uniform_life")
 
     def __init__(self) -> None:
         self.catalog: Catalog | None = None
+        self.catalog_seq: int = 0
+        """`CRR_EVENTS` sequence of the catalog event that set `catalog`."""
         self.seq: int = 0
         """Last `CRR_EVENTS` sequence applied."""
         self.hosts: dict[str, Record] = {}
@@ -247,7 +253,8 @@ def _values(state: ProjectionState, rec: Record) -> dict[str, ValueEntry]:
                     at = _fmt(since)
                     out[name] = ValueEntry(
                         value=None, state="stale", reporter=reporter, observed_at=b.observed_at,
-                        received_at=received, expires_at=at, last_value=value, stale_since=at)
+                        received_at=received, expires_at=at, last_value=value, stale_since=at,
+                        received_ts=b.received_at, expires_ts=since)
                 else:
                     life = lifetimes[name]
                     expires = expiry.get(life)
@@ -256,7 +263,8 @@ def _values(state: ProjectionState, rec: Record) -> dict[str, ValueEntry]:
                     out[name] = ValueEntry(
                         value=value, state="unknown" if value is None else "fresh",
                         reporter=reporter, observed_at=b.observed_at, received_at=received,
-                        expires_at=expires)
+                        expires_at=expires, received_ts=b.received_at,
+                        expires_ts=b.received_at + life)
     return out
 
 
@@ -265,10 +273,35 @@ def _inventory_entry(reporter: str, inv: InventorySlot) -> InventoryEntry:
     return InventoryEntry(pool=inv.pool, devices=inv.devices,
                           state="stale" if inv.stale else "fresh", reporter=reporter,
                           observed_at=inv.observed_at, received_at=_fmt(inv.received_at),
-                          expires_at=expires, stale_since=expires if inv.stale else None)
+                          expires_at=expires, stale_since=expires if inv.stale else None,
+                          received_ts=inv.received_at, expires_ts=inv.expires_at)
 
 
-def _reporter_status(rs: ReporterRecord) -> ReporterStatus:
+def missing(state: ProjectionState, rs: ReporterRecord, reporter: str, scope: str) -> list[str]:
+    """The declared resources of `reporter` it has not reported in time here, sorted.
+
+    Stale ones, and those never reported that are past the reporter's first
+    sight + their lifetime (`overdue`, kept by the expiry).  A value reported
+    as null counts as reported (the reporter said it cannot tell).
+    """
+    declared = state.rules.get((reporter, scope))
+    if not declared:
+        return []
+    batches = rs.batches
+    if len(batches) == 1 and not batches[0].stale and batches[0].keyset >= declared.keys():
+        return []  # the steady state: one fresh report of everything
+    current: dict[str, bool] = {}  # name -> stale, newest batch wins
+    for b in batches:
+        stale = b.stale
+        for name in b.keyset:
+            current[name] = stale is not None and name in stale
+    overdue = rs.overdue or ()
+    return sorted(n for n in declared
+                  if current.get(n, False) or (n not in current and n in overdue))
+
+
+def _reporter_status(state: ProjectionState, rs: ReporterRecord, reporter: str,
+                     scope: str) -> ReporterStatus:
     return ReporterStatus(
         state=rs.state,  # type: ignore[arg-type]
         detail=rs.detail,
@@ -279,26 +312,33 @@ def _reporter_status(rs: ReporterRecord) -> ReporterStatus:
         exit_code=rs.exit_code,
         boot=rs.boot,
         health=rs.health,
+        rejected_total=rs.rejected_total,
+        missing=missing(state, rs, reporter, scope),
+        silent=rs.silent,
+        first_seen_ts=rs.first_seen,
+        since_ts=rs.since,
+        last_report_ts=rs.last_report_at,
     )
 
 
-def _parts(state: ProjectionState, rec: Record) -> dict[str, Any]:
+def _parts(state: ProjectionState, rec: Record, scope: str) -> dict[str, Any]:
     return {
-        "as_of": AsOf(seq=rec.as_seq, time=_fmt(rec.as_time)),
+        "as_of": AsOf(seq=rec.as_seq, time=_fmt(rec.as_time), ts=rec.as_time),
         "values": _values(state, rec),
         "inventory": {r: _inventory_entry(r, i) for r, i in rec.inventory.items()},
-        "reporters": {r: _reporter_status(s) for r, s in rec.reporters.items()},
+        "reporters": {r: _reporter_status(state, s, r, scope)
+                      for r, s in rec.reporters.items()},
     }
 
 
 def host_snapshot(state: ProjectionState, host: str) -> HostSnapshot:
     """The `crr.v1.snapshot.host.<host>` record; KeyError if nothing was ever seen for `host`."""
-    return HostSnapshot(host=host, **_parts(state, state.hosts[host]))
+    return HostSnapshot(host=host, **_parts(state, state.hosts[host], "host"))
 
 
 def cluster_snapshot(state: ProjectionState) -> ClusterSnapshot:
     """The `crr.v1.snapshot.cluster` record (cluster-scope values, inventories, reporters)."""
-    return ClusterSnapshot(**_parts(state, state.cluster))
+    return ClusterSnapshot(**_parts(state, state.cluster, "cluster"))
 
 
 def host_names(state: ProjectionState) -> list[str]:

@@ -24,6 +24,8 @@ class AsOf(msgspec.Struct, frozen=True, kw_only=True):
 
     seq: int
     time: str
+    ts: float | None = None
+    """`time` as epoch seconds, exactly as the projector holds it (None: an older writer)."""
 
 
 class ValueEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -40,6 +42,10 @@ class ValueEntry(msgspec.Struct, frozen=True, kw_only=True):
     expires_at: str
     last_value: Any = None
     stale_since: str | None = None
+    received_ts: float | None = None
+    """`received_at` as epoch seconds (exact: the server timestamp; None: an older writer)."""
+    expires_ts: float | None = None
+    """`expires_at` as epoch seconds (for a stale value also its `stale_since`)."""
 
 
 class InventoryEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -53,6 +59,10 @@ class InventoryEntry(msgspec.Struct, frozen=True, kw_only=True):
     received_at: str
     expires_at: str
     stale_since: str | None = None
+    received_ts: float | None = None
+    """`received_at` as epoch seconds (None: an older writer)."""
+    expires_ts: float | None = None
+    """`expires_at` as epoch seconds."""
 
 
 class ReporterStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,7 +71,11 @@ class ReporterStatus(msgspec.Struct, frozen=True, kw_only=True):
     `state` is the last Health state, or the projector's own finding:
     `silent` (nothing within interval + grace), `rejecting` (the last report
     had invalid values).  `rejected` counts the values rejected in the last
-    report, `rejections` says why.
+    report, `rejections` says why; `rejected_total` counts every value
+    rejected since the reporter's first event on that host (it survives
+    projector restarts).  `missing` names the declared resources it has not
+    reported within their interval + grace (stale, or never reported since
+    the reporter was first seen): a reporter can say `ok` and still miss some.
     """
 
     state: ReporterState
@@ -74,6 +88,16 @@ class ReporterStatus(msgspec.Struct, frozen=True, kw_only=True):
     boot: str | None = None
     health: str | None = None
     """The last Health state the reporter's runner published, whatever `state` says."""
+    rejected_total: int = 0
+    missing: list[str] = msgspec.field(default_factory=list)
+    silent: bool = False
+    """Nothing within interval + grace (also while a lifecycle `state` hides it)."""
+    first_seen_ts: float | None = None
+    """When the projector first saw an event of this reporter here (epoch seconds)."""
+    since_ts: float | None = None
+    """`since` as epoch seconds."""
+    last_report_ts: float | None = None
+    """`last_report_at` as epoch seconds."""
 
 
 class HostSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -130,3 +154,17 @@ class ProjectorStatus(msgspec.Struct, frozen=True, kw_only=True):
     (`projections.coverage`)."""
     partitions: int | None = None
     """N for one of N partitions (`partition` is then 0..N-1); None: unpartitioned."""
+    checkpoint: int = 0
+    """The checkpoint format of this projector's records (`CHECKPOINT_FORMAT`); 0: an
+    older writer whose records cannot be restored from (a restart rebuilds)."""
+    catalog_seq: int = 0
+    """`CRR_EVENTS` sequence of the catalog event the records were folded with (0: none)."""
+    catalog_digest: str = ""
+    """SHA-1 (hex) of that catalog as `crr.v1.snapshot.catalog` holds it."""
+    start: str = ""
+    """How this projector started: `restored from CRR_SNAPSHOT at seq N` or `rebuilt from
+    CRR_EVENTS: <why>` (empty: an older writer)."""
+
+
+CHECKPOINT_FORMAT = 1
+"""Bumped whenever what a restore needs from the records changes."""

@@ -5,6 +5,9 @@ a change that breaks one of these tests is a wire change (DESIGN, top).
 `*.future.json` are events with a field a later version might add: today's
 readers must skip it.  `projector_status.before_partitions.json` is a status
 record from before `covered_seq`/`partitions`: it must still decode.
+`*.before_checkpoint.json` are records from before the checkpoint fields
+(numeric time twins, `rejected_total`, `missing`, the status's catalog and
+start): they decode with those fields' defaults.
 """
 
 from __future__ import annotations
@@ -59,9 +62,33 @@ def test_status_from_before_partitions_decodes() -> None:
     defaults (unpartitioned, coverage "not said"), otherwise equal to today's sample."""
     old = decode((GOLDEN / "projector_status.before_partitions.json").read_bytes(),
                  ProjectorStatus)
-    current = decode((GOLDEN / "projector_status.json").read_bytes(), ProjectorStatus)
+    current = decode((GOLDEN / "projector_status.before_checkpoint.json").read_bytes(),
+                     ProjectorStatus)
     assert (old.covered_seq, old.partitions) == (0, None)
     assert msgspec.structs.replace(old, covered_seq=current.covered_seq) == current
+
+
+@pytest.mark.parametrize(("name", "type_"), [("host_snapshot", HostSnapshot),
+                                            ("cluster_snapshot", ClusterSnapshot),
+                                            ("projector_status", ProjectorStatus)])
+def test_records_from_before_checkpoint_decode(name: str, type_: type[Any]) -> None:
+    """A record written before the checkpoint fields decodes with their defaults (None
+    twins, no totals, nothing missing, status not restorable); today's sample of the same
+    record differs only by those fields."""
+    old = decode((GOLDEN / f"{name}.before_checkpoint.json").read_bytes(), type_)
+    new = decode((GOLDEN / f"{name}.json").read_bytes(), type_)
+    if type_ is ProjectorStatus:
+        assert (old.checkpoint, old.catalog_seq, old.start) == (0, 0, "")
+        assert msgspec.structs.replace(new, checkpoint=0, catalog_seq=0, catalog_digest="",
+                                       start="") == old
+        return
+    assert old.as_of.ts is None and new.as_of.ts is not None
+    for name_, entry in old.values.items():
+        assert (entry.received_ts, entry.expires_ts) == (None, None)
+        assert new.values[name_].expires_at == entry.expires_at
+    for reporter, status in old.reporters.items():
+        assert (status.rejected_total, status.missing, status.since_ts) == (0, [], None)
+        assert new.reporters[reporter].state == status.state
 
 
 def test_catalog_rejects_unknown_fields() -> None:
