@@ -4,7 +4,9 @@ One row per (reporter, host) — `host` null for cluster-scope reporters —
 taken from the `reporters` map of each HostSnapshot and the ClusterSnapshot.
 A reporter is *failing* when its state is one of `FAILING_STATES`: the
 agent's findings (failed, timeout, bad_output, crashed, quarantined) and
-the projector's (silent, rejecting).  Failing rows sort first.
+the projector's (silent, rejecting) — or when it misses declared resources
+(`missing`: not reported within their interval + grace, whatever its state
+says).  Failing rows sort first.
 """
 
 from __future__ import annotations
@@ -39,13 +41,19 @@ class ReporterHealth(msgspec.Struct, frozen=True, kw_only=True):
     last_report_at: str | None = None
     health: str | None = None
     """The last lifecycle state the agent published, whatever `state` says."""
+    rejected_total: int = 0
+    """Values rejected since its first event on that host (survives projector restarts)."""
+    missing: list[str] = msgspec.field(default_factory=list)
+    """Declared resources it has not reported within their interval + grace."""
 
 
 def _row(reporter: str, host: str | None, st: ReporterStatus) -> ReporterHealth:
     return ReporterHealth(
-        reporter=reporter, host=host, state=st.state, failing=st.state in FAILING_STATES,
+        reporter=reporter, host=host, state=st.state,
+        failing=st.state in FAILING_STATES or bool(st.missing),
         since=st.since, detail=st.detail, exit_code=st.exit_code, rejected=st.rejected,
-        rejections=list(st.rejections), last_report_at=st.last_report_at, health=st.health)
+        rejections=list(st.rejections), last_report_at=st.last_report_at, health=st.health,
+        rejected_total=st.rejected_total, missing=list(st.missing))
 
 
 def reporter_rows(

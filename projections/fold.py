@@ -335,6 +335,8 @@ def _fast_report(state: ProjectionState, env: Envelope, addr: EventAddress) -> b
         heapq.heappush(state.heap, (silent_at, counter, host, reporter, None))
     state.counter = counter
     rs.last_report_at = t
+    if rs.overdue:
+        rs.overdue = None  # it just set every resource it owns
     rec.as_seq = env.seq
     rec.as_time = t
     return True
@@ -783,6 +785,13 @@ def _recatalog(
             if not values:
                 batch.dead = True
         rs.batches = [b for b in rs.batches if not b.dead]
+        if rs.overdue:
+            # Only what the new catalog declares can be missing (a resource declared
+            # again later is due again from the reporter's first sight).
+            declared = state.rules.get((reporter, scope), {})
+            before = len(rs.overdue)
+            rs.overdue.intersection_update(declared)
+            changed = changed or len(rs.overdue) != before
     for reporter, inv in rec.inventory.items():
         if not inv.stale:
             exp = inv.received_at + state.lifetime_of_reporter(reporter)
@@ -797,26 +806,70 @@ def _rebuild_heap(state: ProjectionState) -> None:
     entries: list[HeapEntry] = []
     records: list[tuple[str | None, Record]] = [(h, r) for h, r in sorted(state.hosts.items())]
     records.append((None, state.cluster))
-    lifetimes = state.lifetimes
     for host, rec in records:
-        for reporter in sorted(set(rec.inventory) | set(rec.reporters)):
-            rs = rec.reporters.get(reporter)
-            for batch in rs.batches if rs is not None else []:
-                stale = batch.stale or {}
-                due = {batch.received_at + lifetimes[n] for n in batch.keyset if n not in stale}
-                for d in sorted(due):
-                    state.counter += 1
-                    entries.append((d, state.counter, host, reporter, batch))
-            inv = rec.inventory.get(reporter)
-            other: set[float] = set()
-            if inv is not None and not inv.stale:
-                other.add(inv.expires_at)
-            if rs is not None and not rs.silent:
-                other.add(rs.silence_start() + state.lifetime_of_reporter(reporter))
-            if rs is not None:
-                other.update(_overdue_deadlines(state, rs, reporter, host))
-            for d in sorted(other):
-                state.counter += 1
-                entries.append((d, state.counter, host, reporter, None))
+        entries.extend(_record_deadlines(state, host, rec))
     heapq.heapify(entries)
     state.heap = entries
+
+
+def _record_deadlines(state: ProjectionState, host: str | None, rec: Record) -> list[HeapEntry]:
+    """Heap entries for everything of one record still to come due."""
+    entries: list[HeapEntry] = []
+    lifetimes = state.lifetimes
+    for reporter in sorted(set(rec.inventory) | set(rec.reporters)):
+        rs = rec.reporters.get(reporter)
+        for batch in rs.batches if rs is not None else []:
+            stale = batch.stale or {}
+            due = {batch.received_at + lifetimes[n] for n in batch.keyset if n not in stale}
+            for d in sorted(due):
+                state.counter += 1
+                entries.append((d, state.counter, host, reporter, batch))
+        inv = rec.inventory.get(reporter)
+        other: set[float] = set()
+        if inv is not None and not inv.stale:
+            other.add(inv.expires_at)
+        if rs is not None and not rs.silent:
+            other.add(rs.silence_start() + state.lifetime_of_reporter(reporter))
+        if rs is not None:
+            other.update(_overdue_deadlines(state, rs, reporter, host))
+        for d in sorted(other):
+            state.counter += 1
+            entries.append((d, state.counter, host, reporter, None))
+    return entries
+
+
+# -- restoring (projections.checkpoint) ------------------------------------------
+
+
+def set_catalog(state: ProjectionState, catalog: Catalog, seq: int) -> None:
+    """Make `catalog` (from the `CRR_EVENTS` event at `seq`) the state's catalog, without
+    touching any record: for a restore, whose records were folded with it already."""
+    state.catalog = catalog
+    state.catalog_seq = seq
+    _compile(state, catalog)
+
+
+def install(state: ProjectionState, host: str | None, rec: Record) -> None:
+    """Put a restored record in place of `host`'s (the cluster's for None), with its
+    deadlines; the record it replaces, if any, is let go (its heap entries are skipped)."""
+    old = state.hosts.get(host) if host is not None else state.cluster
+    if old is not None:
+        for rs in old.reporters.values():
+            for b in rs.batches:
+                b.kill()
+    if host is None:
+        state.cluster = rec
+    else:
+        state.hosts[host] = rec
+    for entry in _record_deadlines(state, host, rec):
+        heapq.heappush(state.heap, entry)
+
+
+def advance(state: ProjectionState, env: Envelope) -> Changes:
+    """Pass over an event without applying it (a restored record already reflects it):
+    expiry up to its receive time runs, and the position moves, as `apply` would."""
+    acc = _Acc(env.seq, env.received_at)
+    if state.heap and state.heap[0][0] <= env.received_at:
+        _expire(state, env.received_at, acc)
+    state.seq = env.seq
+    return acc.result()

@@ -2,7 +2,7 @@
 
 Usable from monitoring (Nagios-style checks, cron): the exit status says
 whether any reporter is failing (failed, timeout, bad_output, crashed,
-quarantined, silent, rejecting); the output says which, failing rows first
+quarantined, silent, rejecting, or missing declared resources); the output says which, failing rows first
 (in red on a terminal).
 """
 
@@ -35,16 +35,21 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def render(rows: list[ReporterHealth], *, color: bool) -> str:
-    """A table: REPORTER HOST STATE SINCE EXIT REJECTED DETAIL, failing rows highlighted."""
+    """A table: REPORTER HOST STATE SINCE EXIT REJECTED DETAIL, failing rows highlighted.
+
+    REJECTED is `last/total` (the latest report's, and since the reporter's first event);
+    DETAIL starts with the declared resources it misses, if any."""
     header = ("REPORTER", "HOST", "STATE", "SINCE", "EXIT", "REJECTED", "DETAIL")
     cells = [header]
     for r in rows:
         detail = " ".join((r.detail or "; ".join(r.rejections) or "").split())
+        if r.missing:
+            detail = f"missing {', '.join(r.missing)}" + (f"; {detail}" if detail else "")
         if len(detail) > _MAX_DETAIL:
             detail = detail[:_MAX_DETAIL - 1] + "…"
         cells.append((r.reporter, r.host if r.host is not None else "(cluster)", r.state,
                       r.since or "-", "-" if r.exit_code is None else str(r.exit_code),
-                      str(r.rejected), detail))
+                      f"{r.rejected}/{r.rejected_total}", detail))
     widths = [max(len(c[i]) for c in cells) for i in range(len(header) - 1)]
     lines = []
     for i, c in enumerate(cells):
