@@ -131,7 +131,9 @@ class OrderedReader:
         if self._backpressure:
             self._hold_flow_control()
         info = await self._sub.consumer_info()
-        if info.num_pending == 0 and not (info.delivered and info.delivered.stream_seq):
+        # Nothing delivered yet (a start sequence counts as delivered up to just before it).
+        delivered = (info.delivered.stream_seq or 0) if info.delivered else 0
+        if info.num_pending == 0 and delivered < (self._start_seq or 1):
             self.ready.set()
 
     async def _on_msg(self, msg: Msg) -> None:

@@ -1,11 +1,16 @@
 """The projector service: CRR_EVENTS → pure fold → CRR_SNAPSHOT.
 
-IO lives here; the fold (`projections.fold`) is pure.  One ordered consumer
-on CRR_EVENTS starts with `DeliverLastPerSubject` (a restart rebuilds from
-the last event per subject — no checkpoint file) and stays on for live
-events.  Nothing is written until that initial load is complete; then only
-records whose canonical bytes differ from what CRR_SNAPSHOT already holds
-are written, so a restart publishes nothing spurious.  Stale transitions are
+IO lives here; the fold (`projections.fold`) is pure.  The snapshot is the
+checkpoint (DESIGN §4): on start the projector restores its fold state from
+its own CRR_SNAPSHOT records and status (`ops.restore`) and folds CRR_EVENTS
+from right after the position the status covers.  Only when it cannot (first
+start, snapshot deleted, of another layout or an older writer, a record that
+does not restore, the events stream behind the snapshot) does it rebuild from
+the last event per subject (`DeliverLastPerSubject`), and says why in the log
+and in its status (`start`).  Nothing is written until that initial load is
+complete; then only records whose canonical bytes differ from what
+CRR_SNAPSHOT already holds are written, so a restart publishes nothing
+spurious.  Stale transitions are
 driven by a deadline (the fold's `next_deadline`), not a coarse poll.
 
 Position: after each flush the projector writes its status (`last_seq`,
@@ -74,15 +79,19 @@ from bus.subjects import (
     host_snapshot_subject,
     published_subject,
 )
+from ops.checkpoint_read import load_checkpoint
 from ops.lease import Lease, is_fence_refusal
 from ops.metrics import ProjectorMetrics
+from ops.replay import status_subject
+from ops.restore import NotRestorable, Restored, catalog_digest, restore_from
+from projections.checkpoint import CheckpointError, Deferred
 from projections.envelope import Envelope
 from projections.fold import Changes, apply, expire, next_deadline
 from projections.state import ProjectionState, cluster_snapshot, host_names, host_snapshot
 from schemas.codec import DECODERS, encode
 from schemas.errors import CrrError, CrrTimeoutError, LeaseLostError, StreamConfigError
 from schemas.events import DeadLetter
-from schemas.snapshot import ProjectorStatus
+from schemas.snapshot import CHECKPOINT_FORMAT, ProjectorStatus
 from schemas.timestamps import format_time, parse_time
 
 log = logging.getLogger("crr.projector")
@@ -163,6 +172,25 @@ class WrittenRecords:
         return len(self._digests)
 
 
+@dataclass(frozen=True)
+class _Cut:
+    """What a status record says of the state its records reflect (taken as a flush
+    begins, so events folded during the flush do not leak into it)."""
+
+    applied: int = 0
+    deadletters: int = 0
+    catalog_seq: int = 0
+    catalog_digest: str = ""
+
+    def at(self, state: ProjectionState, applied: int, deadletters: int) -> _Cut:
+        """The cut of `state` now (the catalog's digest computed once per catalog)."""
+        digest = self.catalog_digest
+        if state.catalog_seq != self.catalog_seq or not digest:
+            digest = catalog_digest(encode(state.catalog)) if state.catalog is not None else ""
+        return _Cut(applied=applied, deadletters=deadletters, catalog_seq=state.catalog_seq,
+                    catalog_digest=digest)
+
+
 @dataclass
 class _Dirty:
     hosts: set[str] = field(default_factory=set)
@@ -228,6 +256,14 @@ class Projector:
         """`_handled_seq` when the last completed flush began: every event of this
         projector's up to it is written."""
         self._written_seq = 0
+        self._cut = _Cut()
+        """What the status says of the state the written records reflect."""
+        self._deferred: Deferred | None = None
+        """Records written after the status restored from, placed as the fold passes them."""
+        self.start_note = ""
+        """How this projector started (restored or rebuilt, and why): the status's `start`."""
+        self.restored = False
+        """Whether the last start restored from CRR_SNAPSHOT (else it rebuilt from events)."""
         self._stream_pending = 0
         self._start_seq = 0
         self._covered_seq = 0
@@ -331,6 +367,8 @@ class Projector:
             return
         if subject.count(".") == 6:  # stored with a partition token (this layout's or not)
             subject = published_subject(subject)
+        if self._deferred is not None:
+            self._place_deferred(m.seq)
         env = Envelope(seq=m.seq, subject=subject, received_at=m.time, data=m.data)
         ch = apply(self.state, env)
         self.applied += 1
@@ -355,20 +393,40 @@ class Projector:
         self.metrics.event(m)
         self._wake.set()
 
+    def _place_deferred(self, seq: int | None) -> None:
+        """Place the restored records the fold has passed (all of them for None)."""
+        deferred = self._deferred
+        assert deferred is not None
+        nxt = deferred.next_seq
+        if nxt is None or (seq is not None and seq <= nxt):
+            return
+        try:
+            placed = (deferred.place_rest(self.state) if seq is None
+                      else deferred.place_before(self.state, seq))
+        except CheckpointError as exc:
+            log.warning("projector: a record written after the status does not restore "
+                        "(%s); rebuilding from %s", exc.message, EVENTS_STREAM)
+            self._deferred = None
+            self._resync = True
+            self._wake.set()
+            return
+        for host in placed:
+            if host is None:
+                self._dirty.cluster = True
+            else:
+                self._dirty.hosts.add(host)
+        if not len(deferred):
+            self._deferred = None
+
     # -- output -----------------------------------------------------------
 
-    async def _load_written(self) -> None:
-        """Read what CRR_SNAPSHOT holds now, so unchanged records are not rewritten."""
-        def keep(m: StoredMessage) -> None:
-            self._written.set(m.subject, m.data)
-
-        reader = OrderedReader(self._nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
-                               handler=keep)
-        await reader.start()
-        try:
-            await reader.wait_ready(60.0)
-        finally:
-            await reader.stop()
+    async def _load_written(self) -> dict[str, tuple[int, bytes]]:
+        """Read what CRR_SNAPSHOT holds now, so unchanged records are not rewritten; the
+        records read (the checkpoint)."""
+        raw = await load_checkpoint(self._nc)
+        for subject, (_, data) in raw.items():
+            self._written.set(subject, data)
+        return raw
 
     async def _publish(self, subject: str, data: bytes,
                        headers: dict[str, str] | None = None) -> int | None:
@@ -443,6 +501,7 @@ class Projector:
         seq, through = self._applied_seq, self._handled_seq
         dirty, self._dirty = self._dirty, _Dirty()
         state = self.state
+        cut = self._cut.at(state, self.applied, self.deadletter_count)
         owns_shared = self.partition in (None, 0)
 
         def records() -> Iterator[tuple[str, bytes]]:
@@ -484,6 +543,7 @@ class Projector:
         finally:
             self._release_held()
         self.metrics.flushed(time.time())
+        self._cut = cut
         async with self._position_changed:
             self._written_seq = max(self._written_seq, seq)
             self._flushed_through = max(self._flushed_through, through)
@@ -564,18 +624,20 @@ class Projector:
             lag=self._stream_pending,
             last_tick=format_time(now),
             started_at=format_time(self._started_at),
-            applied=self.applied,
-            deadletters=self.deadletter_count,
+            applied=self._cut.applied,
+            deadletters=self._cut.deadletters,
             hosts=len(self.state.hosts),
             projector_id=self.projector_id,
             start_seq=self._start_seq,
             partition=self.partition,
             partitions=self.partitions,
             covered_seq=self._covered_seq,
+            checkpoint=CHECKPOINT_FORMAT,
+            catalog_seq=self._cut.catalog_seq,
+            catalog_digest=self._cut.catalog_digest,
+            start=self.start_note,
         )
-        subject = SNAPSHOT_PROJECTOR
-        if self.partition is not None:
-            subject = f"{SNAPSHOT_PROJECTOR}.{self.partition}"
+        subject = status_subject(self.partition)
         data = encode(status)
         async with self._writing() as fence:
             self._written.pop(subject)  # always written: it carries last_tick
@@ -629,12 +691,32 @@ class Projector:
                    f"(--partitions {stored} --partition K, 0 <= K < {stored})")
                 + f", or change the layout with --partitions {mine} --update")
 
-    async def _follow_events(self) -> None:
-        """Load what CRR_SNAPSHOT holds, then fold CRR_EVENTS on a new consumer from the
+    async def _follow_events(self, *, restore: bool) -> None:
+        """Load what CRR_SNAPSHOT holds; restore from it (`restore`) and fold CRR_EVENTS
+        from right after its position, or else fold CRR_EVENTS on a new consumer from the
         last event per subject; returns when that initial load is folded."""
         if self._events is not None:
             await self._events.stop()
-        await self._load_written()
+        raw = await self._load_written()
+        why = "CRR_SNAPSHOT was found behind CRR_EVENTS or lost messages"
+        if restore:
+            info = (await self._js.stream_info(EVENTS_STREAM)).state
+            try:
+                restored = await restore_from(
+                    self._js, raw, partition=self.partition, partitions=self.partitions,
+                    events_first=info.first_seq, events_last=info.last_seq)
+            except NotRestorable as exc:
+                why = str(exc)
+            else:
+                del raw
+                await self._resume(restored)
+                return
+        del raw
+        self.restored = False
+        self.start_note = f"rebuilt from {EVENTS_STREAM}: {why}"
+        log.log(logging.INFO if "first start" in why else logging.WARNING,
+                "projector: rebuilding from the last event per subject of %s: %s",
+                EVENTS_STREAM, why)
         # Where the last-per-subject load starts (`--verify` replays the same input).
         self._start_seq = (await self._js.stream_info(EVENTS_STREAM)).state.last_seq
         self._events = OrderedReader(self._nc, stream=EVENTS_STREAM, subject="crr.v1.>",
@@ -651,6 +733,35 @@ class Projector:
                                          filter_subjects=partition_filters(self.partition),
                                          backpressure=True)
             await self._events.start()
+
+    async def _resume(self, restored: Restored) -> None:
+        """Take the restored state and fold CRR_EVENTS from right after its position."""
+        st = restored.status
+        seq = st.last_seq
+        self.state = restored.state
+        self._deferred = restored.deferred if len(restored.deferred) else None
+        # Its input is the one the status describes: `--verify` replays the same.
+        self._start_seq = st.start_seq
+        self.applied, self.deadletter_count = st.applied, st.deadletters
+        self._cut = _Cut(applied=st.applied, deadletters=st.deadletters,
+                         catalog_seq=st.catalog_seq, catalog_digest=st.catalog_digest)
+        self._applied_seq = self._handled_seq = self._flushed_through = seq
+        self._covered_seq = st.covered_seq
+        self._stream_last_seq = st.stream_last_seq
+        async with self._position_changed:
+            self._written_seq = seq
+        self.restored = True
+        self.start_note = (f"restored from {SNAPSHOT_STREAM} at seq {seq} ({restored.records} "
+                           f"record(s), {len(restored.deferred)} written after the status)")
+        log.info("projector: %s", self.start_note)
+        self._events = OrderedReader(self._nc, stream=EVENTS_STREAM, subject="crr.v1.>",
+                                     handler=self._handler(), start_seq=seq + 1,
+                                     filter_subjects=partition_filters(self.partition),
+                                     backpressure=True)
+        await self._events.start()
+        await self._events.wait_ready(300.0)
+        if self._deferred is not None:
+            self._place_deferred(None)
 
     def _handler(self) -> Callable[[StoredMessage], Awaitable[None] | None]:
         """`_on_event` for a new consumer; a replaced consumer's stray deliveries are dropped."""
@@ -703,7 +814,9 @@ class Projector:
         async with self._position_changed:
             self._written_seq = 0  # sequences were re-used: the old position means nothing
         self._written.clear()
-        await self._follow_events()
+        self._deferred = None
+        self._cut = _Cut()
+        await self._follow_events(restore=False)
         self._dirty.hosts.update(host_names(self.state))
         self._dirty.cluster = self._dirty.catalog = True
         self._resync = False
@@ -730,7 +843,7 @@ class Projector:
             await provision(self._nc, self._settings)
             await self._check_layout()
             await self._hear_peers()
-            await self._follow_events()
+            await self._follow_events(restore=True)
             self.warm.set()
             if self._lease is not None and not await self._take_lease(stop):
                 graceful = True

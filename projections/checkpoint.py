@@ -107,3 +107,48 @@ def restore(catalog: Catalog, catalog_seq: int, seq: int, hosts: Iterable[HostSn
     if cluster is not None:
         place(state, None, cluster)
     return state
+
+
+Restorable = tuple[str | None, HostSnapshot | ClusterSnapshot]
+"""(host or None for the cluster, its record)."""
+
+
+class Deferred:
+    """Records written after the status the restore starts from (a flush cut short).
+
+    Such a record already reflects the events of its host up to its `as_of.seq`
+    (a record is stamped by every event that changes it).  The events after the
+    status are folded again from the stream, so each of these records is put in
+    place once the fold has passed its `as_of.seq`, replacing what the events
+    up to there rebuilt for that host: nothing is applied twice, nothing lost.
+    """
+
+    def __init__(self, records: Iterable[Restorable]) -> None:
+        self._items = sorted(records, key=lambda r: (r[1].as_of.seq, r[0] or ""))
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def next_seq(self) -> int | None:
+        """`as_of.seq` of the next record to place (None: none left)."""
+        return self._items[0][1].as_of.seq if self._items else None
+
+    def place_before(self, state: ProjectionState, seq: int) -> list[str | None]:
+        """Place every record whose `as_of.seq` is below `seq` (about to be applied); the
+        hosts placed (None: the cluster).  CheckpointError as `place`."""
+        placed: list[str | None] = []
+        while self._items and self._items[0][1].as_of.seq < seq:
+            host, snap = self._items.pop(0)
+            place(state, host, snap)
+            placed.append(host)
+        return placed
+
+    def place_rest(self, state: ProjectionState) -> list[str | None]:
+        """Place what is left (the stream holds nothing more to fold first)."""
+        placed: list[str | None] = []
+        while self._items:
+            host, snap = self._items.pop(0)
+            place(state, host, snap)
+            placed.append(host)
+        return placed

@@ -187,8 +187,9 @@ HeapEntry = tuple[float, int, str | None, str, Batch | None]
 class ProjectionState:
     """The mutable state of one fold.  Create empty; feed it with `projections.fold.apply`."""
 
-    __slots__ = ("catalog", "catalog_seq", "cluster", "counter", "decoders", "fast", "heap", "hosts",
-                 "lifetimes", "pending", "reporter_life", "rules", "seq", "sets", "uniform_life")
+    __slots__ = ("catalog", "catalog_seq", "cluster", "counter", "decoders", "fast", "heap",
+                 "hosts", "lifetimes", "pending", "reporter_life", "rules", "seq", "sets",
+                 "uniform_life")
 
     def __init__(self) -> None:
         self.catalog: Catalog | None = None

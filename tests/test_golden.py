@@ -82,7 +82,8 @@ def test_records_from_before_checkpoint_decode(name: str, type_: type[Any]) -> N
         assert msgspec.structs.replace(new, checkpoint=0, catalog_seq=0, catalog_digest="",
                                        start="") == old
         return
-    assert old.as_of.ts is None and new.as_of.ts is not None
+    assert old.as_of.ts is None
+    assert new.as_of.ts is not None
     for name_, entry in old.values.items():
         assert (entry.received_ts, entry.expires_ts) == (None, None)
         assert new.values[name_].expires_at == entry.expires_at

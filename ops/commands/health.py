@@ -2,8 +2,8 @@
 
 Usable from monitoring (Nagios-style checks, cron): the exit status says
 whether any reporter is failing (failed, timeout, bad_output, crashed,
-quarantined, silent, rejecting, or missing declared resources); the output says which, failing rows first
-(in red on a terminal).
+quarantined, silent, rejecting, or missing declared resources); the
+output says which, failing rows first (in red on a terminal).
 """
 
 from __future__ import annotations

@@ -1,0 +1,161 @@
+"""The projector's restart from its checkpoint (DESIGN §4: the snapshot is the checkpoint).
+
+Given what CRR_SNAPSHOT holds (`ops.checkpoint_read.load_checkpoint`), decide
+whether this projector (or partition) can restore its fold state from its own
+records, and build that state (`projections.checkpoint`).  It cannot — and
+the caller rebuilds from the last event per subject, saying why — when there
+is no status of this projector, the status is of another layout (partition
+count) or an older writer, a record does not decode or restore, the catalog
+it was folded with is no longer to be found, or the snapshot is ahead of
+CRR_EVENTS (the events stream went backwards) or its position aged out of it.
+
+The restored state is the fold at the status's `last_seq`; the caller folds
+CRR_EVENTS from the next sequence, placing the records written after the
+status (`projections.checkpoint.Deferred`) as the fold passes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.js.client import JetStreamContext
+
+from bus.streams import owner
+from bus.subjects import (
+    CATALOG,
+    EVENTS_STREAM,
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_CLUSTER,
+    SNAPSHOT_HOST_PREFIX,
+)
+from ops.checkpoint_read import RawRecords
+from ops.replay import status_subject
+from projections.checkpoint import CheckpointError, Deferred, Restorable, record_of, restore
+from projections.state import ProjectionState
+from schemas.catalog import Catalog
+from schemas.catalog_loader import catalog_from_wire
+from schemas.codec import DECODERS
+from schemas.errors import CatalogError
+from schemas.snapshot import CHECKPOINT_FORMAT, ClusterSnapshot, HostSnapshot, ProjectorStatus
+
+_host: msgspec.json.Decoder[HostSnapshot] = msgspec.json.Decoder(HostSnapshot)
+_cluster: msgspec.json.Decoder[ClusterSnapshot] = msgspec.json.Decoder(ClusterSnapshot)
+_status: msgspec.json.Decoder[ProjectorStatus] = DECODERS[ProjectorStatus]
+
+
+@dataclass
+class Restored:
+    """A fold state restored from CRR_SNAPSHOT, and where to go on from."""
+
+    state: ProjectionState
+    status: ProjectorStatus
+    """The status record restored from (`last_seq`: the state's position)."""
+    deferred: Deferred
+    records: int
+    """Records restored (host and cluster)."""
+
+
+class NotRestorable(Exception):
+    """Why the projector rebuilds from CRR_EVENTS instead (`str(exc)`)."""
+
+
+def catalog_digest(data: bytes) -> str:
+    """What a status's `catalog_digest` says of the catalog record's bytes."""
+    return hashlib.sha1(data, usedforsecurity=False).hexdigest()
+
+
+def mine(subject: str, partition: int | None, partitions: int | None) -> bool:
+    """Whether a CRR_SNAPSHOT host/cluster record is this projector's to restore."""
+    if not (subject.startswith(SNAPSHOT_HOST_PREFIX) or subject == SNAPSHOT_CLUSTER):
+        return False
+    return partition is None or owner(subject, partitions or 1) == partition
+
+
+async def _catalog(js: JetStreamContext, raw: RawRecords, status: ProjectorStatus) -> Catalog:
+    """The catalog the records were folded with: the catalog record if it is that one
+    (its digest), else the catalog event at `catalog_seq` if CRR_EVENTS still holds it."""
+    record = raw.get(SNAPSHOT_CATALOG)
+    data: bytes | None = None
+    if record is not None and catalog_digest(record[1]) == status.catalog_digest:
+        data = record[1]
+    else:
+        try:
+            msg = await js.get_msg(EVENTS_STREAM, seq=status.catalog_seq)
+        except (nats.js.errors.NotFoundError, nats.errors.Error) as exc:
+            raise NotRestorable(f"the catalog the records were folded with (seq "
+                                f"{status.catalog_seq}) is no longer stored ({exc!r})") from None
+        if msg.subject != CATALOG or msg.data is None:
+            raise NotRestorable(f"{EVENTS_STREAM} seq {status.catalog_seq} is not the catalog "
+                                "event the records were folded with") from None
+        data = msg.data
+    try:
+        return catalog_from_wire(msgspec.json.decode(data))
+    except (msgspec.DecodeError, CatalogError) as exc:
+        raise NotRestorable(f"the catalog the records were folded with does not load: "
+                            f"{exc}") from None
+
+
+async def restore_from(js: JetStreamContext, raw: RawRecords, *, partition: int | None,
+                       partitions: int | None, events_first: int,
+                       events_last: int) -> Restored:
+    """This projector's fold state from CRR_SNAPSHOT (`raw`), or NotRestorable (why not).
+
+    `events_first`/`events_last`: CRR_EVENTS's first and last sequence now."""
+    subject = status_subject(partition)
+    entry = raw.get(subject)
+    if entry is None or not entry[1]:
+        raise NotRestorable(f"{subject} is not in CRR_SNAPSHOT (first start, or the stream "
+                            "was deleted)")
+    try:
+        status = _status.decode(entry[1])
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise NotRestorable(f"{subject} does not decode: {exc}") from None
+    if status.partitions != partitions:
+        raise NotRestorable(f"the snapshot was written by {status.partitions or 1} projector "
+                            f"partition(s), this projector is one of {partitions or 1}")
+    if status.checkpoint != CHECKPOINT_FORMAT:
+        raise NotRestorable(f"the snapshot's checkpoint format is {status.checkpoint} (an "
+                            f"older projector), not {CHECKPOINT_FORMAT}")
+    if status.catalog_seq == 0:
+        raise NotRestorable("the snapshot was written before any catalog")
+    seq = status.last_seq
+    if seq > events_last:
+        raise NotRestorable(f"the snapshot is at seq {seq}, past the end of {EVENTS_STREAM} "
+                            f"({events_last}): the events stream went backwards")
+    if events_first > seq + 1 and events_last >= events_first:
+        raise NotRestorable(f"events after the snapshot's seq {seq} are no longer stored "
+                            f"({EVENTS_STREAM} starts at {events_first})")
+    catalog = await _catalog(js, raw, status)
+    now: list[Restorable] = []
+    later: list[Restorable] = []
+    try:
+        for subj, (_, data) in raw.items():
+            if not data or not mine(subj, partition, partitions):
+                continue
+            snap: HostSnapshot | ClusterSnapshot
+            if subj == SNAPSHOT_CLUSTER:
+                snap = _cluster.decode(data)
+                host = None
+            else:
+                snap = _host.decode(data)
+                host = snap.host
+            (later if snap.as_of.seq > seq else now).append((host, snap))
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise NotRestorable(f"record {subj} does not decode: {exc}") from None
+    try:  # the deferred ones are placed later: refuse them now, not half-way
+        for _, snap in later:
+            record_of(snap)
+    except CheckpointError as exc:
+        raise NotRestorable(f"a record cannot be restored from: {exc.message}") from None
+    hosts = [s for h, s in now if h is not None and isinstance(s, HostSnapshot)]
+    cluster = next((s for h, s in now if h is None and isinstance(s, ClusterSnapshot)), None)
+    try:
+        state = restore(catalog, status.catalog_seq, seq, hosts, cluster)
+        deferred = Deferred(later)
+    except CheckpointError as exc:
+        raise NotRestorable(f"a record cannot be restored from: {exc.message}") from None
+    return Restored(state=state, status=status, deferred=deferred, records=len(now) + len(later))
