@@ -220,12 +220,15 @@ class Projector:
         lease: Lease | None = None,
         partition: int | None = None,
         gc_freeze: bool = False,
+        restore: bool = True,
     ) -> None:
         """`lease`: HA mode (ops/lease.py) — write only while holding it, else follow as a
         warm standby.  `partition`: fold only the hosts of that partition (see
         `partition_filters`); partition 0 also owns the catalog and cluster records.
         `gc_freeze`: a process-wide choice for the process that runs the projector
-        (`crr projector`): see `_freeze_gc`."""
+        (`crr projector`): see `_freeze_gc`.  `restore=False`: always rebuild from the last
+        event per subject, never restore from CRR_SNAPSHOT (a benchmark's baseline)."""
+        self._restore = restore
         self._nc = nc
         self._gc_freeze = gc_freeze
         self._frozen_hosts = 0
@@ -294,6 +297,8 @@ class Projector:
         self.held = 0
         """Events that arrived while a flush was encoding (folded right after it)."""
         self.writes = 0
+        """Records and status records written."""
+        self.status_writes = 0
         self.ready = asyncio.Event()
         self._pipe: PipelinePublisher | None = None
         self._flushed = asyncio.Event()
@@ -644,6 +649,7 @@ class Projector:
             seq = await self._publish(subject, data, fence)
         if seq is not None:
             self._last_status = (seq, subject, data)
+            self.status_writes += 1
 
     def _freeze_gc(self) -> None:
         """Take the objects alive now out of the cyclic GC's sight (`gc.freeze`).
@@ -698,7 +704,8 @@ class Projector:
         if self._events is not None:
             await self._events.stop()
         raw = await self._load_written()
-        why = "CRR_SNAPSHOT was found behind CRR_EVENTS or lost messages"
+        why = ("restoring is switched off" if not self._restore else
+               "CRR_SNAPSHOT was found behind CRR_EVENTS or lost messages")
         if restore:
             info = (await self._js.stream_info(EVENTS_STREAM)).state
             try:
@@ -843,7 +850,7 @@ class Projector:
             await provision(self._nc, self._settings)
             await self._check_layout()
             await self._hear_peers()
-            await self._follow_events(restore=True)
+            await self._follow_events(restore=self._restore)
             self.warm.set()
             if self._lease is not None and not await self._take_lease(stop):
                 graceful = True

@@ -34,16 +34,22 @@ from bus.subjects import (
 )
 from ops.checkpoint_read import RawRecords
 from ops.replay import status_subject
-from projections.checkpoint import CheckpointError, Deferred, Restorable, record_of, restore
+from projections.checkpoint import (
+    CheckpointError,
+    CheckpointRecord,
+    Deferred,
+    Restorable,
+    decode_record,
+    record_of,
+    restore,
+)
 from projections.state import ProjectionState
 from schemas.catalog import Catalog
 from schemas.catalog_loader import catalog_from_wire
 from schemas.codec import DECODERS
 from schemas.errors import CatalogError
-from schemas.snapshot import CHECKPOINT_FORMAT, ClusterSnapshot, HostSnapshot, ProjectorStatus
+from schemas.snapshot import CHECKPOINT_FORMAT, ProjectorStatus
 
-_host: msgspec.json.Decoder[HostSnapshot] = msgspec.json.Decoder(HostSnapshot)
-_cluster: msgspec.json.Decoder[ClusterSnapshot] = msgspec.json.Decoder(ClusterSnapshot)
 _status: msgspec.json.Decoder[ProjectorStatus] = DECODERS[ProjectorStatus]
 
 
@@ -130,20 +136,20 @@ async def restore_from(js: JetStreamContext, raw: RawRecords, *, partition: int 
         raise NotRestorable(f"events after the snapshot's seq {seq} are no longer stored "
                             f"({EVENTS_STREAM} starts at {events_first})")
     catalog = await _catalog(js, raw, status)
-    now: list[Restorable] = []
+    now: list[CheckpointRecord] = []
     later: list[Restorable] = []
     try:
         for subj, (_, data) in raw.items():
             if not data or not mine(subj, partition, partitions):
                 continue
-            snap: HostSnapshot | ClusterSnapshot
-            if subj == SNAPSHOT_CLUSTER:
-                snap = _cluster.decode(data)
-                host = None
+            snap = decode_record(data)
+            if (snap.host is None) != (subj == SNAPSHOT_CLUSTER):
+                raise NotRestorable(f"record {subj} is not a "
+                                    + ("cluster" if snap.host is None else "host") + " record")
+            if snap.as_of.seq > seq:
+                later.append((snap.host, snap))
             else:
-                snap = _host.decode(data)
-                host = snap.host
-            (later if snap.as_of.seq > seq else now).append((host, snap))
+                now.append(snap)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise NotRestorable(f"record {subj} does not decode: {exc}") from None
     try:  # the deferred ones are placed later: refuse them now, not half-way
@@ -151,10 +157,8 @@ async def restore_from(js: JetStreamContext, raw: RawRecords, *, partition: int 
             record_of(snap)
     except CheckpointError as exc:
         raise NotRestorable(f"a record cannot be restored from: {exc.message}") from None
-    hosts = [s for h, s in now if h is not None and isinstance(s, HostSnapshot)]
-    cluster = next((s for h, s in now if h is None and isinstance(s, ClusterSnapshot)), None)
     try:
-        state = restore(catalog, status.catalog_seq, seq, hosts, cluster)
+        state = restore(catalog, status.catalog_seq, seq, now)
         deferred = Deferred(later)
     except CheckpointError as exc:
         raise NotRestorable(f"a record cannot be restored from: {exc.message}") from None

@@ -20,18 +20,77 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import msgspec
+
 from projections.fold import install, set_catalog
 from projections.state import Batch, InventorySlot, ProjectionState, Record, ReporterRecord
 from schemas.catalog import Catalog
 from schemas.errors import CrrError
-from schemas.snapshot import ClusterSnapshot, HostSnapshot, ReporterStatus
+from schemas.events import Device, Pool
 
 
 class CheckpointError(CrrError, ValueError):
     """A snapshot record that cannot be restored from (older writer, inconsistent)."""
 
 
-def _reporter(name: str, st: ReporterStatus, held: set[str]) -> ReporterRecord:
+# -- what a restore reads of a record (a lean decode: readers' strings are skipped) -----
+
+
+class _AsOf(msgspec.Struct, frozen=True, gc=False):
+    seq: int
+    ts: float | None = None
+
+
+class _Value(msgspec.Struct, frozen=True, gc=False):
+    state: str
+    reporter: str
+    observed_at: str
+    value: Any = None
+    last_value: Any = None
+    received_ts: float | None = None
+    expires_ts: float | None = None
+
+
+class _Inventory(msgspec.Struct, frozen=True):
+    pool: Pool
+    devices: list[Device]
+    state: str
+    observed_at: str
+    received_ts: float | None = None
+    expires_ts: float | None = None
+
+
+class _Reporter(msgspec.Struct, frozen=True):
+    state: str
+    detail: str | None = None
+    rejected: int = 0
+    rejections: list[str] = msgspec.field(default_factory=list)
+    exit_code: int | None = None
+    boot: str | None = None
+    health: str | None = None
+    rejected_total: int = 0
+    missing: list[str] = msgspec.field(default_factory=list)
+    silent: bool = False
+    first_seen_ts: float | None = None
+    since_ts: float | None = None
+    last_report_ts: float | None = None
+
+
+class CheckpointRecord(msgspec.Struct, frozen=True):
+    """What a restore needs of a HostSnapshot or ClusterSnapshot (`host` None: cluster)."""
+
+    as_of: _AsOf
+    host: str | None = None
+    values: dict[str, _Value] = msgspec.field(default_factory=dict)
+    inventory: dict[str, _Inventory] = msgspec.field(default_factory=dict)
+    reporters: dict[str, _Reporter] = msgspec.field(default_factory=dict)
+
+
+decode_record = msgspec.json.Decoder(CheckpointRecord).decode
+"""The `CheckpointRecord` of an encoded host or cluster record (msgspec errors if not one)."""
+
+
+def _reporter(name: str, st: _Reporter, held: set[str]) -> ReporterRecord:
     if st.first_seen_ts is None:
         raise CheckpointError(f"reporter {name!r} has no first_seen_ts (an older writer)")
     overdue = {n for n in st.missing if n not in held}
@@ -42,18 +101,23 @@ def _reporter(name: str, st: ReporterStatus, held: set[str]) -> ReporterRecord:
         silent=st.silent, rejected_total=st.rejected_total, overdue=overdue or None)
 
 
-def record_of(snap: HostSnapshot | ClusterSnapshot) -> Record:
+def record_of(snap: CheckpointRecord) -> Record:
     """The fold's record of one snapshot record (CheckpointError if it cannot be)."""
     if snap.as_of.ts is None:
         raise CheckpointError("as_of has no ts (an older writer)")
     groups: dict[str, dict[tuple[float, str], Batch]] = {}
     held: dict[str, set[str]] = {}
-    for name, v in snap.values.items():
+    fast = _one_batch(snap)
+    if fast is not None:
+        reporter, one = fast
+        groups[reporter] = {(one.received_at, one.observed_at): one}
+        held[reporter] = set(one.keyset)
+    for name, v in snap.values.items() if fast is None else ():
         if v.received_ts is None or v.expires_ts is None:
             raise CheckpointError(f"value {name!r} has no received_ts/expires_ts")
         key = (v.received_ts, v.observed_at)
         by_key = groups.setdefault(v.reporter, {})
-        batch = by_key.get(key)
+        batch: Batch | None = by_key.get(key)
         if batch is None:
             values: dict[str, Any] = {}
             batch = by_key[key] = Batch(values, v.observed_at, v.received_ts, values.keys())
@@ -84,32 +148,50 @@ def record_of(snap: HostSnapshot | ClusterSnapshot) -> Record:
     return rec
 
 
-def place(state: ProjectionState, host: str | None, snap: HostSnapshot | ClusterSnapshot) -> None:
+def _one_batch(snap: CheckpointRecord) -> tuple[str, Batch] | None:
+    """The common case in one go: every value fresh, from one report of one reporter."""
+    values = snap.values
+    if not values:
+        return None
+    entries = values.values()
+    first = next(iter(entries))
+    if first.received_ts is None or first.expires_ts is None:
+        return None
+    if len({(v.reporter, v.received_ts, v.observed_at, v.state == "stale",
+             v.expires_ts is None) for v in entries}) != 1 or first.state == "stale":
+        return None
+    vals = {n: v.value for n, v in values.items()}
+    return first.reporter, Batch(vals, first.observed_at, first.received_ts, vals.keys())
+
+
+def place(state: ProjectionState, host: str | None, snap: CheckpointRecord) -> None:
     """Install one restored record into `state` (replacing what it held for `host`)."""
     rec = record_of(snap)
+    lifetimes = state.lifetimes
     for rs in rec.reporters.values():
         for b in rs.batches:
-            unknown = [n for n in b.keyset if n not in state.lifetimes]
+            if b.keyset <= lifetimes.keys():
+                continue
+            unknown = [n for n in b.keyset if n not in lifetimes]
             if unknown:
                 raise CheckpointError(f"record of {host or '(cluster)'} holds {unknown[0]!r}, "
                                       "which the catalog it was folded with does not declare")
     install(state, host, rec)
 
 
-def restore(catalog: Catalog, catalog_seq: int, seq: int, hosts: Iterable[HostSnapshot],
-            cluster: ClusterSnapshot | None) -> ProjectionState:
-    """The fold state the records describe, at `CRR_EVENTS` sequence `seq`."""
+def restore(catalog: Catalog, catalog_seq: int, seq: int, records: Iterable[CheckpointRecord],
+            ) -> ProjectionState:
+    """The fold state the records (host records and maybe the cluster's) describe, at
+    `CRR_EVENTS` sequence `seq`."""
     state = ProjectionState()
     set_catalog(state, catalog, catalog_seq)
     state.seq = seq
-    for snap in hosts:
+    for snap in records:
         place(state, snap.host, snap)
-    if cluster is not None:
-        place(state, None, cluster)
     return state
 
 
-Restorable = tuple[str | None, HostSnapshot | ClusterSnapshot]
+Restorable = tuple[str | None, CheckpointRecord]
 """(host or None for the cluster, its record)."""
 
 

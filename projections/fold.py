@@ -816,11 +816,19 @@ def _record_deadlines(state: ProjectionState, host: str | None, rec: Record) -> 
     """Heap entries for everything of one record still to come due."""
     entries: list[HeapEntry] = []
     lifetimes = state.lifetimes
-    for reporter in sorted(set(rec.inventory) | set(rec.reporters)):
+    scope = "cluster" if host is None else "host"
+    reporters = rec.reporters
+    names = sorted(reporters) if not rec.inventory else sorted(set(rec.inventory) | set(reporters))
+    for reporter in names:
         rs = rec.reporters.get(reporter)
+        uniform = state.uniform_life.get((reporter, scope))
         for batch in rs.batches if rs is not None else []:
             stale = batch.stale or {}
-            due = {batch.received_at + lifetimes[n] for n in batch.keyset if n not in stale}
+            if uniform is not None and batch.keyset and not stale:
+                due = {batch.received_at + uniform}
+            else:
+                due = {batch.received_at + lifetimes[n] for n in batch.keyset
+                       if n not in stale}
             for d in sorted(due):
                 state.counter += 1
                 entries.append((d, state.counter, host, reporter, batch))

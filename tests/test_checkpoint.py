@@ -12,13 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections.checkpoint import CheckpointError, record_of, restore
+from projections.checkpoint import CheckpointError, decode_record, record_of, restore
 from projections.envelope import Envelope
 from projections.fold import apply, expire, fold
 from projections.state import ProjectionState, cluster_snapshot, host_snapshot
 from schemas.catalog_loader import catalog_from_wire
-from schemas.codec import decode, encode
-from schemas.snapshot import ClusterSnapshot, HostSnapshot
+from schemas.codec import encode
 from tests.fold_support import T0, catalog_env, health_env, report_env
 from tests.test_fold_properties import events, snapshot_bytes
 
@@ -38,10 +37,10 @@ def restarted(state: ProjectionState, now: float) -> ProjectionState:
     expire(state, now)
     if state.catalog is None:
         return state  # no checkpoint without a catalog: the projector rebuilds from events
-    hosts = [decode(encode(host_snapshot(state, h)), HostSnapshot) for h in state.hosts]
-    cluster = decode(encode(cluster_snapshot(state)), ClusterSnapshot)
+    records = [decode_record(encode(host_snapshot(state, h))) for h in state.hosts]
+    records.append(decode_record(encode(cluster_snapshot(state))))
     catalog = catalog_from_wire(msgspec.json.decode(encode(state.catalog)))
-    return restore(catalog, state.catalog_seq, state.seq, hosts, cluster)
+    return restore(catalog, state.catalog_seq, state.seq, records)
 
 
 @settings(max_examples=80, deadline=None)
@@ -129,4 +128,4 @@ def test_records_of_an_older_writer_are_refused() -> None:
     snap = host_snapshot(state, "n1")
     old = msgspec.structs.replace(snap, as_of=msgspec.structs.replace(snap.as_of, ts=None))
     with pytest.raises(CheckpointError, match="older writer"):
-        record_of(old)
+        record_of(decode_record(encode(old)))

@@ -1,0 +1,131 @@
+"""Projector restart: restore from CRR_SNAPSHOT vs a raw read of CRR_SNAPSHOT.
+
+`python -m ops.bench.restart [--hosts N]` (also a phase of `crr bench`)
+
+One embedded server; the catalog and one 20-value report per host (the
+`ops.bench.fold` workload), folded and written by a projector that then
+stops.  Measured in this process, one after the other, on the same data:
+
+- raw read: an ordered consumer (DeliverLastPerSubject) over CRR_SNAPSHOT
+  that does nothing with the records — the floor any restore pays;
+- restore: a new projector from `run()` until `ready` — it reads its
+  records and status, restores its fold state, folds the (no) events after
+  the status's position and writes nothing (checked: its record writes);
+- rebuild: the same with restoring switched off (the last event per
+  subject of CRR_EVENTS, as before the snapshot was the checkpoint).
+
+Issue 13's target: restore ≤ 1.5× the raw read.  The machine may be shared:
+the figures that matter are the ratios, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from nats.aio.client import Client
+
+from bus.connection import connect
+from bus.ordered import OrderedReader, StoredMessage
+from bus.server import NatsServer
+from bus.streams import provision
+from bus.subjects import EVENTS_STREAM, SNAPSHOT_STREAM
+from ops.bench.partitions import publish_hosts, running
+from ops.projector import Projector
+
+
+async def raw_read(nc: Client) -> tuple[float, int]:
+    """Seconds to read every CRR_SNAPSHOT record (last per subject), and how many."""
+    count = 0
+
+    def noop(_m: StoredMessage) -> None:
+        nonlocal count
+        count += 1
+
+    t = time.perf_counter()
+    reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
+                           handler=noop)
+    await reader.start()
+    try:
+        await reader.wait_ready(300)
+    finally:
+        await reader.stop()
+    return time.perf_counter() - t, count
+
+
+async def start_once(nc: Client, *, restore: bool) -> tuple[float, Projector]:
+    """Seconds from `run()` until a new projector is ready (then it stops)."""
+    gc.collect()
+    p = Projector(nc, status_interval=60.0, restore=restore)
+    async with running([p]) as seconds:
+        pass
+    return seconds, p
+
+
+async def measure(nc: Client, hosts: int, rounds: int = 3) -> dict[str, Any]:
+    """The three figures (best of `rounds`), after writing `hosts` records once."""
+    await publish_hosts(nc, hosts)
+    last = (await nc.jetstream().stream_info(EVENTS_STREAM)).state.last_seq
+    first = Projector(nc, status_interval=60.0)
+    async with running([first]):
+        await first.wait_until(last, timeout=300)
+    raw, restored, rebuilt = [], [], []
+    writes = 0
+    records = 0
+    for _ in range(rounds):
+        seconds, records = await raw_read(nc)
+        raw.append(seconds)
+        seconds, p = await start_once(nc, restore=True)
+        if not p.restored:
+            raise RuntimeError(f"the projector did not restore: {p.start_note}")
+        writes = max(writes, p.writes - p.status_writes)
+        restored.append(seconds)
+        seconds, _ = await start_once(nc, restore=False)
+        rebuilt.append(seconds)
+    out = {"hosts": hosts, "records": records, "raw_read_s": min(raw),
+           "restore_s": min(restored), "rebuild_s": min(rebuilt),
+           "restore_record_writes": writes}
+    out["restore_vs_raw"] = out["restore_s"] / out["raw_read_s"]
+    out["rebuild_vs_raw"] = out["rebuild_s"] / out["raw_read_s"]
+    return out
+
+
+async def bench_restart(hosts: int) -> dict[str, Any]:
+    """`measure` on its own embedded server (what `crr bench` calls)."""
+    with (tempfile.TemporaryDirectory(prefix="crr-bench-restart-") as store,
+          NatsServer(Path(store)) as server):
+        async with connect(server.url, name="crr-bench-restart") as nc:
+            await provision(nc)
+            return await measure(nc, hosts)
+
+
+def render(res: dict[str, Any]) -> str:
+    """One line per figure, each beside the raw read."""
+    return (f"projector restart, {res['hosts']} hosts x 20 values: restore "
+            f"{res['restore_s']:.2f} s ({res['restore_vs_raw']:.2f}x the raw read of "
+            f"{res['records']} records, {res['raw_read_s']:.2f} s; record writes "
+            f"{res['restore_record_writes']}); rebuild from CRR_EVENTS {res['rebuild_s']:.2f} s "
+            f"({res['rebuild_vs_raw']:.2f}x)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m ops.bench.restart`."""
+    parser = argparse.ArgumentParser(prog="python -m ops.bench.restart", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hosts", type=int, default=50_000)
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args(argv)
+    res = asyncio.run(bench_restart(args.hosts))
+    print(json.dumps(res) if args.json else render(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
