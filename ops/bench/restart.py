@@ -106,6 +106,18 @@ async def bench_restart(hosts: int) -> dict[str, Any]:
             return await measure(nc, hosts)
 
 
+def table_rows(res: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """`crr bench` table rows (figure, crr, baseline, ratio, goal) of `res["restart"]`."""
+    r = res.get("restart")
+    if r is None:
+        return []
+    return [(f"projector restart (restore), {r['hosts']:,} hosts", f"{r['restore_s']:.2f} s",
+             f"{r['raw_read_s']:.2f} s raw read of CRR_SNAPSHOT", f"{r['restore_vs_raw']:.1f}x",
+             "≤ 1.5x"),
+            ("projector rebuild from CRR_EVENTS (no restore)", f"{r['rebuild_s']:.2f} s",
+             f"{r['raw_read_s']:.2f} s raw read", f"{r['rebuild_vs_raw']:.1f}x", "")]
+
+
 def render(res: dict[str, Any]) -> str:
     """One line per figure, each beside the raw read."""
     return (f"projector restart, {res['hosts']} hosts x 20 values: restore "

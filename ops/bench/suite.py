@@ -22,7 +22,8 @@ scheduler view (`ops.view.SchedulerView`) in this process.  Measured:
    RSS per host);
 5. `select[]` host-evaluations/s vs the hand-written lambda (and ClassAd
    when `htcondor` is importable), reusing `ops.bench.select`;
-6. projector RSS per host.
+6. projector RSS per host;
+7. projector restart (restore from CRR_SNAPSHOT) vs a raw read of it (`ops.bench.restart`).
 
 Writes `bench-results.json` and, when matplotlib is installed (the optional
 `bench` extra), `bench-plot.png` (latency CDF; throughput vs offered load).
@@ -63,6 +64,7 @@ from bus.subjects import (
     SNAPSHOT_STREAM,
     host_snapshot_subject,
 )
+from ops.bench import restart
 from ops.bench import select as sb
 from ops.snapshot_reader import read_snapshot
 from ops.view import SchedulerView
@@ -460,6 +462,7 @@ def table(res: dict[str, Any]) -> str:
             rows.append((f"select[] {label}, {s['hosts']:,} hosts",
                          f"{c['select_per_s'] / 1e6:.2f} M/s", base,
                          f"{c['select_per_s'] / c['lambda_per_s']:.1f}x lambda", ""))
+    rows += restart.table_rows(res)
     widths = [max(len(r[k]) for r in [*rows, ("figure", "crr", "baseline", "ratio", "goal")])
               for k in range(5)]
     head = ("figure", "crr", "baseline", "ratio", "goal")
@@ -553,6 +556,8 @@ async def bench(args: argparse.Namespace) -> int:
             await asyncio.to_thread(server.stop)
     log(f"select[] over {plan.select_hosts} hosts")
     res["select"] = select_phase(plan.select_hosts)
+    log(f"projector restart, {plan.hosts} hosts")
+    res["restart"] = await restart.bench_restart(plan.hosts)
     res["elapsed_s"] = time.monotonic() - started
     (out_dir / "bench-results.json").write_text(json.dumps(res, indent=1))
     print(table(res))
