@@ -45,14 +45,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import hashlib
-import itertools
 import logging
 import math
 import os
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 import msgspec
@@ -65,7 +63,6 @@ from nats.aio.subscription import Subscription
 from bus import tracing
 from bus.connection import add_reconnect_listener
 from bus.ordered import OrderedReader, StoredMessage
-from bus.pipeline_publish import PipelinePublisher
 from bus.stream_check import still_holds
 from bus.streams import StreamSettings, owns, provision, stored_partitions
 from bus.subjects import (
@@ -79,11 +76,12 @@ from bus.subjects import (
     host_snapshot_subject,
     published_subject,
 )
-from ops.checkpoint_read import load_checkpoint
-from ops.lease import Lease, is_fence_refusal
+from ops.checkpoint_read import RawRecords, load_checkpoint
+from ops.lease import Lease
 from ops.metrics import ProjectorMetrics
 from ops.replay import status_subject
 from ops.restore import NotRestorable, Restored, catalog_digest, restore_from
+from ops.snapshot_writer import SnapshotWriter
 from projections.checkpoint import CheckpointError, Deferred
 from projections.envelope import Envelope
 from projections.fold import Changes, apply, expire, next_deadline
@@ -98,7 +96,6 @@ log = logging.getLogger("crr.projector")
 
 _status_decoder: msgspec.json.Decoder[ProjectorStatus] = DECODERS[ProjectorStatus]
 
-WRITE_WINDOW = 512
 HOLD_LIMIT = 32_768
 """Events held during a flush before the reader is made to wait (see `_on_event`).
 
@@ -114,62 +111,6 @@ def tick() -> float:
     `last_tick`, so `crr replay --verify` can expire at exactly the same `now`.
     """
     return parse_time(format_time(math.floor(time.time() * 1000) / 1000))
-
-
-class WrittenRecords:
-    """What CRR_SNAPSHOT holds, as far as this projector knows: a digest per subject.
-
-    (SHA-1: fast, and collisions among records the projector encodes itself
-    are not a concern.)
-
-    Lets the projector skip writing a record whose canonical bytes did not
-    change (a restart rewrites nothing).  The bytes themselves are kept only
-    when `keep_bytes` (the metrics census decodes them).
-    """
-
-    def __init__(self, *, keep_bytes: bool = False) -> None:
-        self._digests: dict[str, bytes] = {}
-        self._bytes: dict[str, bytes] | None = {} if keep_bytes else None
-
-    @staticmethod
-    def digest(data: bytes) -> bytes:
-        """The digest `same`/`set` compare (compute it once per record written)."""
-        return hashlib.sha1(data, usedforsecurity=False).digest()  # ~2x blake2b's speed
-
-    def same(self, subject: str, data: bytes, digest: bytes | None = None) -> bool:
-        """Whether `data` (whose `digest` may be given) is what `subject` already holds."""
-        d = self._digests.get(subject)
-        return d is not None and d == (digest or self.digest(data))
-
-    def set(self, subject: str, data: bytes, digest: bytes | None = None) -> None:
-        """Record that `subject` now holds `data` (whose `digest` may be given)."""
-        self._digests[subject] = digest or self.digest(data)
-        if self._bytes is not None:
-            self._bytes[subject] = data
-
-    def pop(self, subject: str) -> None:
-        """Forget `subject` (its next write always goes out)."""
-        self._digests.pop(subject, None)
-        if self._bytes is not None:
-            self._bytes.pop(subject, None)
-
-    def clear(self) -> None:
-        """Forget everything (after losing and retaking the lease)."""
-        self._digests.clear()
-        if self._bytes is not None:
-            self._bytes.clear()
-
-    @property
-    def keeps_bytes(self) -> bool:
-        """Whether the bytes are kept (else only digests)."""
-        return self._bytes is not None
-
-    def items(self) -> list[tuple[str, bytes]]:
-        """(subject, bytes) pairs, when bytes are kept; else empty."""
-        return list(self._bytes.items()) if self._bytes is not None else []
-
-    def __len__(self) -> int:
-        return len(self._digests)
 
 
 @dataclass(frozen=True)
@@ -296,22 +237,22 @@ class Projector:
         self.deadletter_count = 0
         self.held = 0
         """Events that arrived while a flush was encoding (folded right after it)."""
-        self.writes = 0
-        """Records and status records written."""
         self.status_writes = 0
         self.ready = asyncio.Event()
-        self._pipe: PipelinePublisher | None = None
         self._flushed = asyncio.Event()
         """Set when no flush is encoding (`_on_event` waits on it when many are held)."""
         self._flushed.set()
         self._held: list[tuple[StoredMessage, tracing.SpanContext | None]] | None = None
         """Events that arrived while a flush was encoding, folded when it ends."""
-        self._trace_parents: dict[str, tracing.SpanContext] = {}
-        """Snapshot subject -> the sampled apply span its next write continues."""
         self.metrics = ProjectorMetrics(self)
         # Only the metrics census reads the written bytes back; otherwise a digest per
         # record is enough to skip unchanged writes (≈20 B instead of ≈4.5 KB per host).
-        self._written = WrittenRecords(keep_bytes=self.metrics.enabled)
+        self._writer = SnapshotWriter(nc, lease=lease, keep_bytes=self.metrics.enabled)
+
+    @property
+    def writes(self) -> int:
+        """Records and status records written."""
+        return self._writer.writes
 
     @property
     def lag(self) -> int:
@@ -322,7 +263,7 @@ class Projector:
         """What CRR_SNAPSHOT holds as this projector wrote or loaded it: (subject, bytes).
 
         Empty unless metrics are enabled (see `WrittenRecords`)."""
-        return self._written.items()
+        return self._writer.written.items()
 
     # -- position ---------------------------------------------------------
 
@@ -392,9 +333,9 @@ class Projector:
         self._dirty.merge(ch)
         if parent is not None:
             for h in ch.hosts:
-                self._trace_parents[host_snapshot_subject(h)] = parent
+                self._writer.trace_parents[host_snapshot_subject(h)] = parent
             if ch.cluster:
-                self._trace_parents[SNAPSHOT_CLUSTER] = parent
+                self._writer.trace_parents[SNAPSHOT_CLUSTER] = parent
         self.metrics.event(m)
         self._wake.set()
 
@@ -425,82 +366,12 @@ class Projector:
 
     # -- output -----------------------------------------------------------
 
-    async def _load_written(self) -> dict[str, tuple[int, bytes]]:
+    async def _load_written(self) -> RawRecords:
         """Read what CRR_SNAPSHOT holds now, so unchanged records are not rewritten; the
         records read (the checkpoint)."""
         raw = await load_checkpoint(self._nc)
-        for subject, (_, data) in raw.items():
-            self._written.set(subject, data)
+        self._writer.load(raw)
         return raw
-
-    async def _publish(self, subject: str, data: bytes,
-                       headers: dict[str, str] | None = None) -> int | None:
-        """Write one record unless CRR_SNAPSHOT holds it already; its seq (None: skipped)."""
-        parent = self._trace_parents.pop(subject, None) if self._trace_parents else None
-        if self._written.same(subject, data):
-            return None
-        span = None
-        if parent is not None:  # continue the report's trace (W3C context in the headers)
-            headers = dict(headers or {})
-            span = tracing.start_publish(subject, headers, parent=parent, size=len(data))
-            headers = headers or None
-        try:
-            ack = await self._js.publish(subject, data, headers=headers)
-            tracing.end_publish(span, seq=ack.seq)
-        except BaseException as exc:
-            tracing.end_publish(span, error=exc)
-            if not isinstance(exc, nats.js.errors.APIError):
-                raise
-            if headers is not None and self._lease is not None and is_fence_refusal(exc):
-                self._lease.lost()
-                raise LeaseLostError(f"write to {subject} refused: lease lost") from exc
-            raise
-        self._written.set(subject, data)
-        self.writes += 1
-        return int(ack.seq)
-
-    async def _publish_pipelined(self, records: Iterable[tuple[str, bytes]],
-                                 slow: list[tuple[str, bytes]]) -> None:
-        """Write the changed records pipelined (one wildcard ack inbox, no task per
-        record) and wait for every ack; raises like `_publish` when one fails.
-
-        `records` is consumed lazily: a record is encoded only when there is
-        room in the pipeline, so a flush of every host holds ~`2 * WRITE_WINDOW`
-        encoded records at once, not all of them (50k x 4.5 KB).  Records that
-        continue a sampled trace are set aside in `slow` for `_publish`.
-        """
-        if self._pipe is None:
-            self._pipe = PipelinePublisher(self._nc, max_in_flight=2 * WRITE_WINDOW,
-                                           ack_timeout=3.0, max_attempts=5)
-            await self._pipe.start()
-        pipe = self._pipe
-        rejected, failed = pipe.stats.rejected, pipe.stats.failed
-        written = self._written
-        keep = written.keeps_bytes
-        sent: list[tuple[str, bytes, bytes | None]] = []
-        for s, d in records:
-            if s in self._trace_parents:
-                slow.append((s, d))
-                continue
-            digest = written.digest(d)
-            if written.same(s, d, digest):
-                continue
-            await pipe.publish(s, d)
-            sent.append((s, digest, d if keep else None))
-        if not sent:
-            return
-        await pipe.flush(60.0)
-        if pipe.stats.rejected != rejected or pipe.stats.failed != failed:
-            raise nats.errors.Error(f"pipelined publish failed: {pipe.stats.last_error}")
-        for subject, digest, data in sent:
-            written.set(subject, data or b"", digest)
-        self.writes += len(sent)
-
-    def _writing(self) -> contextlib.AbstractAsyncContextManager[dict[str, str] | None]:
-        """Fenced-write headers while holding the lease (HA), else no headers."""
-        if self._lease is None:
-            return contextlib.nullcontext(None)
-        return self._lease.writing()
 
     async def _flush(self) -> None:
         seq, through = self._applied_seq, self._handled_seq
@@ -527,17 +398,7 @@ class Projector:
         self._held = []
         self._flushed.clear()
         try:
-            out: Iterator[tuple[str, bytes]] = records()
-            if self._lease is None:  # the hot path: no fence, no trace
-                slow: list[tuple[str, bytes]] = []  # records continuing a sampled trace
-                await self._publish_pipelined(out, slow)
-                out = iter(slow)
-            while window := list(itertools.islice(out, WRITE_WINDOW)):
-                async with self._writing() as fence:
-                    await asyncio.gather(*(self._publish(s, d, fence) for s, d in window))
-            for dl in letters:
-                await self._js.publish(DEADLETTER, encode(dl),
-                                       headers={"Nats-Msg-Id": f"deadletter/{dl.seq}"})
+            await self._writer.write(records(), letters)
         except (nats.errors.Error, nats.js.errors.Error, TimeoutError, LeaseLostError) as exc:
             # Put everything back; the next round retries (the fold state is intact).
             log.warning("snapshot write failed (%s); will retry", exc)
@@ -644,9 +505,9 @@ class Projector:
         )
         subject = status_subject(self.partition)
         data = encode(status)
-        async with self._writing() as fence:
-            self._written.pop(subject)  # always written: it carries last_tick
-            seq = await self._publish(subject, data, fence)
+        async with self._writer.fenced() as fence:
+            self._writer.written.pop(subject)  # always written: it carries last_tick
+            seq = await self._writer.publish(subject, data, fence)
         if seq is not None:
             self._last_status = (seq, subject, data)
             self.status_writes += 1
@@ -673,7 +534,7 @@ class Projector:
         if not await self._lease.acquire(stop):
             return False
         # The previous writer may have written anything: reload, then rewrite the differences.
-        self._written.clear()
+        self._writer.written.clear()
         await self._load_written()
         self._dirty.hosts.update(host_names(self.state))
         self._dirty.cluster = self._dirty.catalog = True
@@ -812,7 +673,7 @@ class Projector:
         self.state = ProjectionState()
         self._dirty = _Dirty()
         self._deadletters = []
-        self._trace_parents.clear()
+        self._writer.trace_parents.clear()
         self._applied_seq = self._stream_pending = 0
         self._handled_seq = self._flushed_through = 0
         self._covered_seq = self._stream_last_seq = 0
@@ -820,7 +681,7 @@ class Projector:
         self._last_status = None
         async with self._position_changed:
             self._written_seq = 0  # sequences were re-used: the old position means nothing
-        self._written.clear()
+        self._writer.written.clear()
         self._deferred = None
         self._cut = _Cut()
         await self._follow_events(restore=False)
@@ -929,9 +790,7 @@ class Projector:
                 await (self._lease.release() if graceful else self._lease.close())
             if self._events is not None:
                 await self._events.stop()
-            if self._pipe is not None:
-                await self._pipe.close(1.0)
-                self._pipe = None
+            await self._writer.close()
 
 
 def partition_filters(partition: int | None) -> list[str] | None:
