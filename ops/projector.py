@@ -17,12 +17,13 @@ Position: after each flush the projector writes its status (`last_seq`,
 `covered_seq`), so by stream order a reader that has read the status has
 read every record it covers.  A partition (`partition=k` of N) consumes
 only its own subjects, so its `last_seq` is the last of *its* events; its
-`covered_seq` extends that over the other partitions' events: with no
-events of its own pending, it reads the stream's last sequence L, then asks
-the server for the first event of its subjects after what it has written
-(`next_by_subj`); if that is N, every event of its subjects up to
-min(L, N - 1) is written.  Readers take the minimum over the partitions
-(`projections.coverage`).
+`covered_seq` extends that over the other partitions' events
+(`ops.position`).
+
+The `Projector` is the run loop over named parts: `ops.restore` (the
+checkpoint restore, with `projections.checkpoint`), `ops.position` (stream
+positions and coverage), `ops.snapshot_writer` (dedupe, pipelined and
+fenced writes, dead letters), and the pure fold.
 
 Repartitioning (N changes, or 1 ↔ N): events stored before the change keep
 the subjects of the old layout (no partition token, or another N's).  So a
@@ -79,6 +80,7 @@ from bus.subjects import (
 from ops.checkpoint_read import RawRecords, load_checkpoint
 from ops.lease import Lease
 from ops.metrics import ProjectorMetrics
+from ops.position import Position
 from ops.replay import status_subject
 from ops.restore import NotRestorable, Restored, catalog_digest, restore_from
 from ops.snapshot_writer import SnapshotWriter
@@ -87,7 +89,7 @@ from projections.envelope import Envelope
 from projections.fold import Changes, apply, expire, next_deadline
 from projections.state import ProjectionState, cluster_snapshot, host_names, host_snapshot
 from schemas.codec import DECODERS, encode
-from schemas.errors import CrrError, CrrTimeoutError, LeaseLostError, StreamConfigError
+from schemas.errors import CrrError, LeaseLostError, StreamConfigError
 from schemas.events import DeadLetter
 from schemas.snapshot import CHECKPOINT_FORMAT, ProjectorStatus
 from schemas.timestamps import format_time, parse_time
@@ -193,13 +195,7 @@ class Projector:
         self._dirty = _Dirty()
         self._wake = asyncio.Event()
         self._deadletters: list[DeadLetter] = []
-        self._applied_seq = 0
-        self._handled_seq = 0
-        """Last event folded or (not this partition's) dropped."""
-        self._flushed_through = 0
-        """`_handled_seq` when the last completed flush began: every event of this
-        projector's up to it is written."""
-        self._written_seq = 0
+        self._pos = Position(self._js, partition_filters(partition))
         self._cut = _Cut()
         """What the status says of the state the written records reflect."""
         self._deferred: Deferred | None = None
@@ -208,11 +204,7 @@ class Projector:
         """How this projector started (restored or rebuilt, and why): the status's `start`."""
         self.restored = False
         """Whether the last start restored from CRR_SNAPSHOT (else it rebuilt from events)."""
-        self._stream_pending = 0
         self._start_seq = 0
-        self._covered_seq = 0
-        """See `_coverage` (a partition's position over the whole stream)."""
-        self._stream_last_seq = 0
         self._last_event: StoredMessage | None = None
         """The last event folded (what CRR_EVENTS must still hold at its seq)."""
         self._last_status: tuple[int, str, bytes] | None = None
@@ -230,7 +222,6 @@ class Projector:
         self._peers: Subscription | None = None
         self.rebuilds = 0
         """Rebuilds after a stream went backwards (see the module doc)."""
-        self._position_changed = asyncio.Condition()
         self._events: OrderedReader | None = None
         self._started_at = time.time()
         self.applied = 0
@@ -257,7 +248,7 @@ class Projector:
     @property
     def lag(self) -> int:
         """CRR_EVENTS messages not yet delivered (as of the last event applied)."""
-        return self._stream_pending
+        return self._pos.pending
 
     def written_records(self) -> list[tuple[str, bytes]]:
         """What CRR_SNAPSHOT holds as this projector wrote or loaded it: (subject, bytes).
@@ -270,20 +261,11 @@ class Projector:
     @property
     def position(self) -> int:
         """Last CRR_EVENTS sequence whose effects are written to CRR_SNAPSHOT."""
-        return self._written_seq
+        return self._pos.written
 
     async def wait_until(self, seq: int, timeout: float = 10.0) -> None:
         """Wait until every event up to `seq` is reflected in CRR_SNAPSHOT."""
-        async def reached() -> None:
-            async with self._position_changed:
-                await self._position_changed.wait_for(lambda: self._written_seq >= seq)
-
-        try:
-            await asyncio.wait_for(reached(), timeout)
-        except TimeoutError:
-            raise CrrTimeoutError(
-                f"projector at {self._written_seq}, not {seq}, after {timeout:g}s"
-            ) from None
+        await self._pos.wait_until(seq, timeout)
 
     # -- input ------------------------------------------------------------
 
@@ -307,9 +289,8 @@ class Projector:
 
     def _fold(self, m: StoredMessage, parent: tracing.SpanContext | None) -> None:
         subject = m.subject
-        self._handled_seq = m.seq
         if self._owns is not None and not self._owns(subject):
-            self._stream_pending = m.pending  # caught up counts past others' events too
+            self._pos.dropped(m.seq, m.pending)  # caught up counts past others' events too
             return
         if subject.count(".") == 6:  # stored with a partition token (this layout's or not)
             subject = published_subject(subject)
@@ -318,8 +299,7 @@ class Projector:
         env = Envelope(seq=m.seq, subject=subject, received_at=m.time, data=m.data)
         ch = apply(self.state, env)
         self.applied += 1
-        self._applied_seq = m.seq
-        self._stream_pending = m.pending
+        self._pos.folded(m.seq, m.pending)
         self._last_event = m
         if ch.deadletter is not None and subject != DEADLETTER:
             # `subject` as published (without a partition token), as DESIGN names it.
@@ -374,7 +354,7 @@ class Projector:
         return raw
 
     async def _flush(self) -> None:
-        seq, through = self._applied_seq, self._handled_seq
+        seq, through = self._pos.applied, self._pos.handled
         dirty, self._dirty = self._dirty, _Dirty()
         state = self.state
         cut = self._cut.at(state, self.applied, self.deadletter_count)
@@ -410,10 +390,7 @@ class Projector:
             self._release_held()
         self.metrics.flushed(time.time())
         self._cut = cut
-        async with self._position_changed:
-            self._written_seq = max(self._written_seq, seq)
-            self._flushed_through = max(self._flushed_through, through)
-            self._position_changed.notify_all()
+        await self._pos.flushed(seq, through)
 
     def _release_held(self) -> None:
         """Fold the events held while a flush was encoding; stop holding."""
@@ -423,28 +400,8 @@ class Projector:
         self._flushed.set()
 
     async def _coverage(self) -> None:
-        """Bring `_covered_seq` and `_stream_last_seq` up to date (see the module doc).
-
-        Unpartitioned, the consumer sees every event: covered = written.  A
-        partition with events of its own pending is covered up to what it has
-        written; with none pending it asks the server (one stream info and one
-        `next_by_subj` lookup per filter, concurrently).
-        """
-        # Every event of this projector's up to `through` is written: those a partition's
-        # initial load dropped (other partitions' hosts, old layouts) need no writing.
-        through = max(self._written_seq, self._flushed_through)
-        known_last = self._applied_seq + self._stream_pending
-        if self.partition is None or self._stream_pending:
-            self._covered_seq = max(self._covered_seq, through)
-            self._stream_last_seq = max(self._stream_last_seq, known_last)
-            return
-        last = (await self._js.stream_info(EVENTS_STREAM)).state.last_seq  # read first
-        # After `through`, only the live consumer's subjects (this layout's) can be ours.
-        nexts = await asyncio.gather(*(self._next_of(f, through + 1)
-                                       for f in partition_filters(self.partition) or []))
-        first_unwritten = min((n for n in nexts if n is not None), default=last + 1)
-        self._covered_seq = max(self._covered_seq, through, min(last, first_unwritten - 1))
-        self._stream_last_seq = max(self._stream_last_seq, last, known_last)
+        """The position work one status write does (`Position.coverage`)."""
+        await self._pos.coverage()
 
     async def _hear_peers(self) -> None:
         """Partitioned: follow the other partitions' status writes (core NATS).
@@ -461,33 +418,26 @@ class Projector:
         own = f"{SNAPSHOT_PROJECTOR}.{self.partition}"
 
         async def on_status(msg: Msg) -> None:
-            if msg.subject == own or self._stream_pending:
+            if msg.subject == own or self._pos.pending:
                 return
             try:
                 peer = _status_decoder.decode(msg.data)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 return  # not ours to judge; readers log undecodable records
-            if peer.partitions == self.partitions and peer.covered_seq > self._covered_seq:
+            if peer.partitions == self.partitions and peer.covered_seq > self._pos.covered:
                 self._status_due = True
                 self._wake.set()
 
         self._peers = await self._nc.subscribe(f"{SNAPSHOT_PROJECTOR}.*", cb=on_status)
 
-    async def _next_of(self, subject: str, seq: int) -> int | None:
-        """The first CRR_EVENTS sequence >= `seq` on `subject` (a filter), None: none yet."""
-        try:
-            m = await self._js.get_msg(EVENTS_STREAM, seq=seq, subject=subject, next=True)
-        except nats.js.errors.NotFoundError:
-            return None
-        return int(m.seq or 0) or None
-
     async def _write_status(self, now: float | None = None) -> None:
         now = time.time() if now is None else now
-        await self._coverage()
+        pos = self._pos
+        await pos.coverage()
         status = ProjectorStatus(
-            last_seq=self._written_seq,
-            stream_last_seq=self._stream_last_seq,
-            lag=self._stream_pending,
+            last_seq=pos.written,
+            stream_last_seq=pos.stream_last,
+            lag=pos.pending,
             last_tick=format_time(now),
             started_at=format_time(self._started_at),
             applied=self._cut.applied,
@@ -497,7 +447,7 @@ class Projector:
             start_seq=self._start_seq,
             partition=self.partition,
             partitions=self.partitions,
-            covered_seq=self._covered_seq,
+            covered_seq=pos.covered,
             checkpoint=CHECKPOINT_FORMAT,
             catalog_seq=self._cut.catalog_seq,
             catalog_digest=self._cut.catalog_digest,
@@ -613,11 +563,7 @@ class Projector:
         self.applied, self.deadletter_count = st.applied, st.deadletters
         self._cut = _Cut(applied=st.applied, deadletters=st.deadletters,
                          catalog_seq=st.catalog_seq, catalog_digest=st.catalog_digest)
-        self._applied_seq = self._handled_seq = self._flushed_through = seq
-        self._covered_seq = st.covered_seq
-        self._stream_last_seq = st.stream_last_seq
-        async with self._position_changed:
-            self._written_seq = seq
+        await self._pos.restart_at(seq, covered=st.covered_seq, stream_last=st.stream_last_seq)
         self.restored = True
         self.start_note = (f"restored from {SNAPSHOT_STREAM} at seq {seq} ({restored.records} "
                            f"record(s), {len(restored.deferred)} written after the status)")
@@ -674,13 +620,9 @@ class Projector:
         self._dirty = _Dirty()
         self._deadletters = []
         self._writer.trace_parents.clear()
-        self._applied_seq = self._stream_pending = 0
-        self._handled_seq = self._flushed_through = 0
-        self._covered_seq = self._stream_last_seq = 0
         self._last_event = None
         self._last_status = None
-        async with self._position_changed:
-            self._written_seq = 0  # sequences were re-used: the old position means nothing
+        await self._pos.restart_at(0)  # sequences were re-used: the old position means nothing
         self._writer.written.clear()
         self._deferred = None
         self._cut = _Cut()
@@ -691,7 +633,7 @@ class Projector:
         if self._gc_freeze:
             gc.collect()
             self._freeze_gc()
-        log.info("projector rebuilt at seq %d (%d hosts)", self._applied_seq,
+        log.info("projector rebuilt at seq %d (%d hosts)", self._pos.applied,
                  len(self.state.hosts))
 
     # -- main loop --------------------------------------------------------
@@ -723,7 +665,7 @@ class Projector:
                 gc.collect()
                 self._freeze_gc()
             self.ready.set()
-            log.info("projector ready at seq %d (%d hosts)", self._written_seq,
+            log.info("projector ready at seq %d (%d hosts)", self._pos.written,
                      len(self.state.hosts))
             next_status = 0.0
             failures = 0
@@ -750,7 +692,7 @@ class Projector:
                     # Events that changed nothing (a dead letter's own copy, a duplicate)
                     # still move the position, so wait_until() on them returns.
                     wrote = bool(self._dirty or self._deadletters
-                                 or self._applied_seq > self._written_seq)
+                                 or self._pos.applied > self._pos.written)
                     if wrote:
                         await self._flush()
                     # Status after every flush, so readers of CRR_SNAPSHOT learn the
