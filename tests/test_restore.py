@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,11 +26,11 @@ from bus.subjects import (
 )
 from ops.projector import Projector
 from ops.replay import read_snapshot_bytes, run_replay, status_subject
-from projections.history import Cut, Replay
+from projections.history import Cut, Replay, json_differences
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import decode, encode
 from schemas.snapshot import HostSnapshot, ProjectorStatus
-from tests.fault_support import eventually
+from tests.fault_support import CrrProcess, caught_up, eventually
 from tests.projector_support import (
     FAST_CATALOG_YAML,
     publish_catalog,
@@ -128,6 +129,9 @@ async def assert_replay_equals_live(nc: Client) -> None:
             if s.startswith("crr.v1.snapshot.host.")}
     live = {s: b for s, (_, b) in (await read_snapshot_bytes(nc)).items()
             if s.startswith("crr.v1.snapshot.host.")}
+    differences = {s: json_differences(mine[s], live[s]) for s in mine
+                   if s in live and mine[s] != live[s]}
+    assert differences == {}
     assert mine == live
 
 
@@ -244,3 +248,43 @@ async def test_two_partitions_restore_their_own_hosts(nc: Client) -> None:
         assert again[0].state.cluster.reporters
         assert not again[1].state.cluster.reporters
         assert all(p.restored for p in again)
+
+
+async def test_sigkill_under_load_loses_nothing_and_applies_nothing_twice(
+        nc: Client, nats_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`crr projector` SIGKILLed while partial reports (some rejected) stream in, another
+    started: the live records equal a replay of the whole history without a restart
+    (so every rejected value is counted exactly once) and `--verify` passes."""
+    args = ["projector", "--server", nats_url]
+    first = CrrProcess([*args, "--id", "p1"], tmp_path / "p1.log").start()
+    second: CrrProcess | None = None
+    rounds = 12
+    try:
+        await publish_catalog(nc)
+        await caught_up(nc, 30, projector_id="p1")  # its start: the catalog, nothing else
+        for r in range(rounds):
+            for i, host in enumerate(HOSTS):
+                values: dict[str, Any] = ({"scratch_free": float(r + i)} if r % 3
+                                          else {"scratch_free": -1.0})  # rejected
+                await publish_report(nc, "scratch", host, values, seq=10 + r)
+                if r % 4 == 0:
+                    await publish_report(nc, "datasets", host, {"datasets": [f"d{r}"]},
+                                         seq=10 + r)
+            if r == 2:
+                await caught_up(nc, 30, projector_id="p1")  # a status to restore from
+            if r == rounds // 2:
+                first.kill()  # wherever it is: folding, writing records, or its status
+                second = CrrProcess([*args, "--id", "p2"], tmp_path / "p2.log").start()
+        snap = await caught_up(nc, 30, projector_id="p2")
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+    start = snap.projectors[0].start
+    assert start.startswith("restored from CRR_SNAPSHOT"), start
+    await assert_replay_equals_live(nc)
+    raw = await read_snapshot_bytes(nc)
+    rec = decode(raw[host_snapshot_subject("node1")][1], HostSnapshot)
+    assert rec.reporters["scratch"].rejected_total == len(range(0, rounds, 3))
+    code, out, err = await cli(["replay", "--server", nats_url, "--verify"], capsys)
+    assert code == 0, out + err
