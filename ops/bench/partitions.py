@@ -42,12 +42,13 @@ from bus.subjects import CATALOG, event_subject
 from ops.bench.fold import bench_catalog, payload
 from ops.projector import Projector
 from ops.view import SchedulerView
+from schemas.catalog import Catalog
 from schemas.codec import encode
 
 
-async def publish_hosts(nc: Client, hosts: int) -> None:
-    """The catalog, then one report per host, acked."""
-    await nc.jetstream().publish(CATALOG, encode(bench_catalog()))
+async def publish_hosts(nc: Client, hosts: int, catalog: Catalog | None = None) -> None:
+    """The catalog (`bench_catalog()` by default), then one report per host, acked."""
+    await nc.jetstream().publish(CATALOG, encode(catalog or bench_catalog()))
     pipe = PipelinePublisher(nc, max_in_flight=1024)
     await pipe.start()
     try:
