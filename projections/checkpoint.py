@@ -17,15 +17,18 @@ checks it with hypothesis).
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 
+from bus.subjects import CATALOG, parse_event_subject
 from projections.fold import install, set_catalog
 from projections.state import Batch, InventorySlot, ProjectionState, Record, ReporterRecord
 from schemas.catalog import Catalog
-from schemas.errors import CrrError
+from schemas.errors import CrrError, SubjectError
 from schemas.events import Device, Pool
 
 
@@ -234,3 +237,146 @@ class Deferred:
             place(state, host, snap)
             placed.append(host)
         return placed
+
+
+# -- lazy restore: a host's record is placed when something first needs it ---------------
+
+
+class _DueValue(msgspec.Struct, frozen=True, gc=False):
+    state: str
+    reporter: str
+    expires_ts: float | None = None
+
+
+class _DueInventory(msgspec.Struct, frozen=True, gc=False):
+    state: str
+    expires_ts: float | None = None
+
+
+class _DueReporter(msgspec.Struct, frozen=True):
+    silent: bool = False
+    first_seen_ts: float | None = None
+    last_report_ts: float | None = None
+    missing: list[str] = msgspec.field(default_factory=list)
+
+
+class _DueRecord(msgspec.Struct, frozen=True):
+    as_of: _AsOf
+    host: str | None = None
+    values: dict[str, _DueValue] = msgspec.field(default_factory=dict)
+    inventory: dict[str, _DueInventory] = msgspec.field(default_factory=dict)
+    reporters: dict[str, _DueReporter] = msgspec.field(default_factory=dict)
+
+
+_decode_due = msgspec.json.Decoder(_DueRecord).decode
+
+
+def earliest_due(state: ProjectionState, data: bytes) -> tuple[str | None, float]:
+    """(host, a time no later than the first deadline still pending in the record).
+
+    Exact for values, inventories and silence; for declared resources never
+    reported it takes the reporter's first sight + the shortest lifetime, which
+    is early, never late.  Reads only the times (a cheap decode); msgspec errors
+    if `data` is not a record, CheckpointError if it lacks the times.
+    """
+    rec = _decode_due(data)
+    if rec.as_of.ts is None:
+        raise CheckpointError("as_of has no ts (an older writer)")
+    scope = "cluster" if rec.host is None else "host"
+    due = math.inf
+    held: dict[str, int] = {}
+    for v in rec.values.values():
+        held[v.reporter] = held.get(v.reporter, 0) + 1
+        if v.state != "stale":
+            if v.expires_ts is None:
+                raise CheckpointError("a value has no expires_ts (an older writer)")
+            due = min(due, v.expires_ts)
+    for inv in rec.inventory.values():
+        if inv.state != "stale" and inv.expires_ts is not None:
+            due = min(due, inv.expires_ts)
+    lifetimes = state.lifetimes
+    for name, r in rec.reporters.items():
+        if r.first_seen_ts is None:
+            raise CheckpointError(f"reporter {name!r} has no first_seen_ts (an older writer)")
+        if not r.silent:
+            start = r.last_report_ts if r.last_report_ts is not None else r.first_seen_ts
+            due = min(due, start + state.lifetime_of_reporter(name))
+        declared = state.rules.get((name, scope))
+        if declared and held.get(name, 0) + len(r.missing) < len(declared):
+            due = min(due, r.first_seen_ts + min(lifetimes[n] for n in declared))
+    return rec.host, due
+
+
+class Lazy:
+    """Host records restored on first need rather than all at start (a fast restart).
+
+    Restoring a record is exact whenever it happens, as long as it happens
+    before anything of that host changes: before an event of the host is
+    applied (`before`), before a catalog event (every record then), and no
+    later than its first pending deadline (`due`).  Until then the record in
+    CRR_SNAPSHOT is what it would be anyway.
+    """
+
+    def __init__(self) -> None:
+        self._raw: dict[str, bytes] = {}
+        self._heap: list[tuple[float, str]] = []
+
+    def add(self, host: str, data: bytes, due: float) -> None:
+        """A host record to place later (`due`: see `earliest_due`)."""
+        self._raw[host] = data
+        heapq.heappush(self._heap, (due, host))
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    @property
+    def next_due(self) -> float | None:
+        """When `due` next has something to place (None: nothing left)."""
+        heap = self._heap
+        if not self._raw:
+            return None
+        if len(heap) > 2 * len(self._raw) + 64:  # many were placed early: compact
+            self._heap = heap = [(d, h) for d, h in heap if h in self._raw]
+            heapq.heapify(heap)
+        while heap and heap[0][1] not in self._raw:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def take(self, state: ProjectionState, host: str) -> bool:
+        """Place `host`'s record now if it is still waiting; whether it was.
+        CheckpointError (or a msgspec error) if the record does not restore."""
+        data = self._raw.pop(host, None)
+        if data is None:
+            return False
+        place(state, host, decode_record(data))
+        return True
+
+    def due(self, state: ProjectionState, now: float) -> None:
+        """Place every record whose first deadline is `<= now`."""
+        if self.next_due is None:
+            return
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            _, host = heapq.heappop(heap)
+            self.take(state, host)
+
+    def before(self, state: ProjectionState, subject: str, received_at: float) -> None:
+        """Place what an event on `subject` (as published) received at `received_at`
+        needs in place first."""
+        if subject == CATALOG:
+            self.everything(state)
+            return
+        try:
+            host = parse_event_subject(subject)[2]
+        except SubjectError:
+            host = None
+        if host is not None and host in self._raw:
+            self.take(state, host)
+        if self._heap and self._heap[0][0] <= received_at:
+            self.due(state, received_at)
+
+    def everything(self, state: ProjectionState) -> None:
+        """Place every record still waiting."""
+        for host in list(self._raw):
+            self.take(state, host)
+        self._heap.clear()
