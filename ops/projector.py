@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import math
@@ -84,7 +85,7 @@ from ops.position import Position
 from ops.replay import status_subject
 from ops.restore import NotRestorable, Restored, catalog_digest, restore_from
 from ops.snapshot_writer import SnapshotWriter
-from projections.checkpoint import CheckpointError, Deferred
+from projections.checkpoint import CheckpointError, Deferred, Lazy
 from projections.envelope import Envelope
 from projections.fold import Changes, apply, expire, next_deadline
 from projections.state import ProjectionState, cluster_snapshot, host_names, host_snapshot
@@ -199,6 +200,8 @@ class Projector:
         self._cut = _Cut()
         """What the status says of the state the written records reflect."""
         self._deferred: Deferred | None = None
+        self._lazy: Lazy | None = None
+        """Restored host records not placed yet (`projections.checkpoint.Lazy`)."""
         """Records written after the status restored from, placed as the fold passes them."""
         self.start_note = ""
         """How this projector started (restored or rebuilt, and why): the status's `start`."""
@@ -296,6 +299,8 @@ class Projector:
             subject = published_subject(subject)
         if self._deferred is not None:
             self._place_deferred(m.seq)
+        if self._lazy is not None:
+            self._place_lazy(functools.partial(self._lazy.before, self.state, subject, m.time))
         env = Envelope(seq=m.seq, subject=subject, received_at=m.time, data=m.data)
         ch = apply(self.state, env)
         self.applied += 1
@@ -343,6 +348,42 @@ class Projector:
                 self._dirty.hosts.add(host)
         if not len(deferred):
             self._deferred = None
+
+    def _place_lazy(self, place: Callable[[], None]) -> None:
+        """Place restored records now (`place` says which); a record that does not
+        restore makes the projector rebuild from CRR_EVENTS."""
+        lazy = self._lazy
+        assert lazy is not None
+        try:
+            place()
+        except (CheckpointError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.warning("projector: a CRR_SNAPSHOT record does not restore (%s); rebuilding "
+                        "from %s", exc, EVENTS_STREAM)
+            self._lazy = None
+            self._resync = True
+            self._wake.set()
+            return
+        if not len(lazy):
+            self._lazy = None
+
+    def _expire(self, now: float) -> None:
+        """Expiry up to `now` (restored records due by then placed first)."""
+        if self._lazy is not None:
+            self._place_lazy(functools.partial(self._lazy.due, self.state, now))
+        self._dirty.merge(expire(self.state, now))
+
+    def _next_deadline(self) -> float | None:
+        """When expiry next has something to do (a restored record coming due included)."""
+        deadline = next_deadline(self.state)
+        due = self._lazy.next_due if self._lazy is not None else None
+        if due is None:
+            return deadline
+        return due if deadline is None else min(due, deadline)
+
+    @property
+    def host_count(self) -> int:
+        """Hosts this projector folds (restored ones not placed yet included)."""
+        return len(self.state.hosts) + (len(self._lazy) if self._lazy is not None else 0)
 
     # -- output -----------------------------------------------------------
 
@@ -442,7 +483,7 @@ class Projector:
             started_at=format_time(self._started_at),
             applied=self._cut.applied,
             deadletters=self._cut.deadletters,
-            hosts=len(self.state.hosts),
+            hosts=self.host_count,
             projector_id=self.projector_id,
             start_seq=self._start_seq,
             partition=self.partition,
@@ -486,6 +527,8 @@ class Projector:
         # The previous writer may have written anything: reload, then rewrite the differences.
         self._writer.written.clear()
         await self._load_written()
+        if self._lazy is not None:
+            self._place_lazy(functools.partial(self._lazy.everything, self.state))
         self._dirty.hosts.update(host_names(self.state))
         self._dirty.cluster = self._dirty.catalog = True
         self._wake.set()
@@ -563,6 +606,7 @@ class Projector:
         seq = st.last_seq
         self.state = restored.state
         self._deferred = restored.deferred if len(restored.deferred) else None
+        self._lazy = restored.lazy if len(restored.lazy) else None
         # Its input is the one the status describes: `--verify` replays the same.
         self._start_seq = st.start_seq
         self.applied, self.deadletter_count = st.applied, st.deadletters
@@ -629,7 +673,7 @@ class Projector:
         self._last_status = None
         await self._pos.restart_at(0)  # sequences were re-used: the old position means nothing
         self._writer.written.clear()
-        self._deferred = None
+        self._deferred = self._lazy = None
         self._cut = _Cut()
         await self._follow_events(restore=False)
         self._dirty.hosts.update(host_names(self.state))
@@ -664,14 +708,14 @@ class Projector:
                 graceful = True
                 return
             # Initial load done: bring expiry up to now, then write the differences only.
-            self._dirty.merge(expire(self.state, tick()))
+            self._expire(tick())
             await self._flush()
             if self._gc_freeze:
                 gc.collect()
                 self._freeze_gc()
             self.ready.set()
             log.info("projector ready at seq %d (%d hosts)", self._pos.written,
-                     len(self.state.hosts))
+                     self.host_count)
             next_status = 0.0
             failures = 0
             while not stop.is_set():
@@ -680,7 +724,7 @@ class Projector:
                         break
                     next_status = 0.0
                 now = time.time()
-                deadline = next_deadline(self.state)
+                deadline = self._next_deadline()
                 wait = next_status - now
                 if deadline is not None:
                     wait = min(wait, deadline - now)
@@ -693,7 +737,7 @@ class Projector:
                         await self._rebuild()
                         next_status = 0.0
                     now = tick()
-                    self._dirty.merge(expire(self.state, now))
+                    self._expire(now)
                     # Events that changed nothing (a dead letter's own copy, a duplicate)
                     # still move the position, so wait_until() on them returns.
                     wrote = bool(self._dirty or self._deadletters

@@ -36,10 +36,11 @@ from ops.checkpoint_read import RawRecords
 from ops.replay import status_subject
 from projections.checkpoint import (
     CheckpointError,
-    CheckpointRecord,
     Deferred,
+    Lazy,
     Restorable,
     decode_record,
+    earliest_due,
     record_of,
     restore,
 )
@@ -61,6 +62,8 @@ class Restored:
     status: ProjectorStatus
     """The status record restored from (`last_seq`: the state's position)."""
     deferred: Deferred
+    lazy: Lazy
+    """Host records restored when first needed (see `projections.checkpoint.Lazy`)."""
     records: int
     """Records restored (host and cluster)."""
 
@@ -136,30 +139,28 @@ async def restore_from(js: JetStreamContext, raw: RawRecords, *, partition: int 
         raise NotRestorable(f"events after the snapshot's seq {seq} are no longer stored "
                             f"({EVENTS_STREAM} starts at {events_first})")
     catalog = await _catalog(js, raw, status)
-    now: list[CheckpointRecord] = []
+    cluster = raw.get(SNAPSHOT_CLUSTER) if mine(SNAPSHOT_CLUSTER, partition, partitions) else None
+    lazy = Lazy()
     later: list[Restorable] = []
+    subj = SNAPSHOT_CLUSTER
     try:
+        state = restore(catalog, status.catalog_seq, seq,
+                        [decode_record(cluster[1])] if cluster and cluster[1] else [])
         for subj, (_, data) in raw.items():
-            if not data or not mine(subj, partition, partitions):
+            if not data or subj == SNAPSHOT_CLUSTER or not mine(subj, partition, partitions):
                 continue
-            snap = decode_record(data)
-            if (snap.host is None) != (subj == SNAPSHOT_CLUSTER):
-                raise NotRestorable(f"record {subj} is not a "
-                                    + ("cluster" if snap.host is None else "host") + " record")
-            if snap.as_of.seq > seq:
-                later.append((snap.host, snap))
+            host, as_of, due = earliest_due(state, data)
+            if host is None:
+                raise NotRestorable(f"record {subj} is not a host record")
+            if as_of > seq:  # written after the status: placed as the fold passes it
+                snap = decode_record(data)
+                record_of(snap)  # refused now, not half-way
+                later.append((host, snap))
             else:
-                now.append(snap)
+                lazy.add(host, data, due)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise NotRestorable(f"record {subj} does not decode: {exc}") from None
-    try:  # the deferred ones are placed later: refuse them now, not half-way
-        for _, snap in later:
-            record_of(snap)
     except CheckpointError as exc:
-        raise NotRestorable(f"a record cannot be restored from: {exc.message}") from None
-    try:
-        state = restore(catalog, status.catalog_seq, seq, now)
-        deferred = Deferred(later)
-    except CheckpointError as exc:
-        raise NotRestorable(f"a record cannot be restored from: {exc.message}") from None
-    return Restored(state=state, status=status, deferred=deferred, records=len(now) + len(later))
+        raise NotRestorable(f"record {subj} cannot be restored from: {exc.message}") from None
+    return Restored(state=state, status=status, deferred=Deferred(later), lazy=lazy,
+                    records=len(lazy) + len(later) + (1 if cluster else 0))

@@ -271,8 +271,9 @@ class _DueRecord(msgspec.Struct, frozen=True):
 _decode_due = msgspec.json.Decoder(_DueRecord).decode
 
 
-def earliest_due(state: ProjectionState, data: bytes) -> tuple[str | None, float]:
-    """(host, a time no later than the first deadline still pending in the record).
+def earliest_due(state: ProjectionState, data: bytes) -> tuple[str | None, int, float]:
+    """(host, `as_of.seq`, a time no later than the first deadline still pending in the
+    record).
 
     Exact for values, inventories and silence; for declared resources never
     reported it takes the reporter's first sight + the shortest lifetime, which
@@ -304,7 +305,7 @@ def earliest_due(state: ProjectionState, data: bytes) -> tuple[str | None, float
         declared = state.rules.get((name, scope))
         if declared and held.get(name, 0) + len(r.missing) < len(declared):
             due = min(due, r.first_seen_ts + min(lifetimes[n] for n in declared))
-    return rec.host, due
+    return rec.host, rec.as_of.seq, due
 
 
 class Lazy:

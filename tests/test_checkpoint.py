@@ -54,7 +54,7 @@ def restarted(state: ProjectionState, now: float,
                        [*map(decode_record, hosts.values()), cluster])
     again = restore(catalog, state.catalog_seq, state.seq, [cluster])
     for data in hosts.values():
-        host, due = earliest_due(again, data)
+        host, _, due = earliest_due(again, data)
         assert host is not None
         lazy.add(host, data, due)
     return again

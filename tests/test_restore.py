@@ -244,6 +244,11 @@ async def test_two_partitions_restore_their_own_hosts(nc: Client) -> None:
         await everything_written(nc, running)
         owned = [set(p.state.hosts) for p in running]
     async with running_partitions(nc, 2) as again:
+        assert [p.host_count for p in again] == [len(hosts) for hosts in owned]
+        for p in again:  # a report of each host places its restored record
+            for host in owned[again.index(p)]:
+                await publish_report(nc, "scratch", host, {"scratch_free": 1.0}, seq=9)
+        await everything_written(nc, again)
         assert [set(p.state.hosts) for p in again] == owned
         assert again[0].state.cluster.reporters
         assert not again[1].state.cluster.reporters
