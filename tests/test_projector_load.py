@@ -17,8 +17,8 @@ from bus.ordered import OrderedReader, StoredMessage
 from bus.pipeline_publish import PipelinePublisher
 from bus.subjects import EVENTS_STREAM, event_subject, host_snapshot_subject
 from ops.cli import build_parser
-from ops.projector import Projector
 from ops.replay import read_consistent_snapshot
+from ops.snapshot_writer import SnapshotWriter
 from schemas.codec import decode
 from schemas.snapshot import HostSnapshot
 from tests.projector_support import publish_catalog, running_projector
@@ -85,15 +85,15 @@ async def test_burst_with_held_events_is_exact(
     monkeypatch.setattr(ops.projector, "HOLD_LIMIT", 2)  # the reader waits after 2 held
     gate, entered = asyncio.Event(), asyncio.Event()
     gate.set()
-    write = Projector._publish_pipelined
+    write = SnapshotWriter._pipelined
 
-    async def gated(self: Projector, records: Any, slow: Any) -> None:
+    async def gated(self: SnapshotWriter, records: Any, slow: Any) -> None:
         # A flush that cannot write until the test says so: what arrives meanwhile is held.
         entered.set()
         await gate.wait()
         await write(self, records, slow)
 
-    monkeypatch.setattr(Projector, "_publish_pipelined", gated)
+    monkeypatch.setattr(SnapshotWriter, "_pipelined", gated)
     async with running_projector(nc) as p:
         await p.wait_until(await publish_catalog(nc))
         applied_before = p.applied
