@@ -128,6 +128,18 @@ def _check_resource(
         problems.append(f"{path}.max_items: must be greater than zero")
 
 
+def _default_mode(spec: ReporterSpec, raw: dict[str, Any]) -> ReporterSpec:
+    """An elim without an explicit `mode` is long-running (`stream`), as LSF runs elims.
+
+    LSF starts an elim once and reads its stdout for as long as it runs; nearly
+    every real elim loops.  An explicit `mode` (`periodic` for a one-shot elim)
+    always wins.
+    """
+    if spec.format == "elim" and "mode" not in raw:
+        return msgspec.structs.replace(spec, mode="stream")
+    return spec
+
+
 def _check_reporter(name: str, spec: ReporterSpec, problems: list[str]) -> None:
     path = f"reporters.{name}"
     if spec.type == "script" and not spec.command:
@@ -179,6 +191,8 @@ def catalog_from_mapping(doc: Any, *, source: str | None = None) -> Catalog:
             problems.append(f"reporters.{name}: invalid reporter name (letters, digits, _ . -)")
             continue
         spec = _convert_entry(ReporterSpec, raw, f"reporters.{name}", problems)
+        if spec is not None:
+            spec = _default_mode(spec, raw)
         reporters[name] = spec  # None marks "declared but invalid": still a valid reference
         if spec is not None:
             _check_reporter(name, spec, problems)

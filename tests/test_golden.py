@@ -4,7 +4,8 @@ The files under tests/golden/ are the contract other languages build on;
 a change that breaks one of these tests is a wire change (DESIGN, top).
 `*.future.json` are events with a field a later version might add: today's
 readers must skip it.  `projector_status.before_partitions.json` is a status
-record from before `covered_seq`/`partitions`: it must still decode.
+record from before `covered_seq`/`partitions`, `catalog.before_tty.json` a
+catalog from before a reporter's `tty`: they must still decode.
 """
 
 from __future__ import annotations
@@ -62,6 +63,15 @@ def test_status_from_before_partitions_decodes() -> None:
     current = decode((GOLDEN / "projector_status.json").read_bytes(), ProjectorStatus)
     assert (old.covered_seq, old.partitions) == (0, None)
     assert msgspec.structs.replace(old, covered_seq=current.covered_seq) == current
+
+
+def test_catalog_from_before_tty_decodes() -> None:
+    """A catalog written before reporters had `tty` decodes with `tty` off, otherwise equal."""
+    old = decode((GOLDEN / "catalog.before_tty.json").read_bytes(), Catalog)
+    current = decode((GOLDEN / "catalog.json").read_bytes(), Catalog)
+    assert b'"tty"' not in (GOLDEN / "catalog.before_tty.json").read_bytes()
+    assert all(not r.tty for r in old.reporters.values())
+    assert old == current
 
 
 def test_catalog_rejects_unknown_fields() -> None:
