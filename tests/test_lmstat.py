@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from producers.lmstat import free_seats, parse_lmstat, resource_name
+from producers.lmstat import free_seats, parse_lmstat, resource_name, seat_report
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "lmstat"
 REPORTERS = Path(__file__).resolve().parents[1] / "ops" / "examples" / "reporters"
@@ -98,10 +98,12 @@ def test_poller_reports_only_its_catalog_names() -> None:
     run = _poll({"CRR_RESOURCES": "matlab_free,simulink_free,gone_free"},
                 "--server", "27000@licsrv")
     assert run.returncode == 0, run.stderr
-    values = json.loads(run.stdout)["values"]
+    report = json.loads(run.stdout)
+    values = report["values"]
     assert set(values) == {"matlab_free", "simulink_free", "gone_free"}
     assert values["gone_free"] is None
     assert 0 <= values["matlab_free"] <= 100
+    assert report["problems"] == ["gone_free: no such feature in lmstat output"]
 
 
 def test_poller_fails_with_the_reason_when_the_server_is_down() -> None:
@@ -110,3 +112,139 @@ def test_poller_fails_with_the_reason_when_the_server_is_down() -> None:
     assert run.returncode == 1
     assert run.stdout == ""
     assert "Cannot connect to license server" in run.stderr
+
+
+# -- indentation, duplicates, redundant servers, vendor daemons ----------------------------
+
+def test_indented_output_parses_like_flush_left() -> None:
+    """Output pasted indented (vendor docs, wrappers): every feature is found, `borrowable`
+    counts, the singular `1 license`, and `None` (no usage information: unknown)."""
+    status = parse_lmstat(fixture("indented_vendor_doc.txt"))
+    assert status.server_up
+    assert status.server == "27010@cadlic"
+    assert status.version == "v11.18.1"
+    assert status.vendors == {"cdslmd": "UP v11.18.1"}
+    assert free_seats(status) == {"virtuoso_schematic_editor_xl_free": 7, "spectre_sim_free": 0,
+                                  "xcelium_borrow_free": 3, "assura_viewer_free": None}
+    assert status.features["Spectre_Sim"].vendor == "cdslmd"
+    assert "None" in (status.features["Assura_Viewer"].error or "")
+
+
+def test_redundant_triad_is_one_server_with_the_masters_version() -> None:
+    """A three-server redundant configuration: one section, features once, master's version."""
+    status = parse_lmstat(fixture("redundant_triad.txt"))
+    assert status.server_up
+    assert status.servers == ["27000@lic-a,27000@lic-b,27000@lic-c"]
+    assert status.version == "v11.19.3"
+    assert free_seats(status) == {"cfd_base_free": 28, "anshpc_free": 384}
+    assert status.notes == []
+
+
+def test_a_feature_on_two_servers_is_summed_and_said() -> None:
+    """`lmstat -c 27000@east:27000@west`: MATLAB on both servers is two pools, summed."""
+    status = parse_lmstat(fixture("two_servers.txt"))
+    assert status.servers == ["27000@mlm-east", "27000@mlm-west"]
+    matlab = status.features["MATLAB"]
+    assert (matlab.issued, matlab.in_use, matlab.free, matlab.blocks) == (80, 45, 35, 2)
+    assert free_seats(status)["simulink_free"] == 10
+    assert len(status.notes) == 1
+    assert "MATLAB: 2 pools summed" in status.notes[0]
+    assert "27000@mlm-east (MLM): 50 issued, 20 in use" in status.notes[0]
+
+
+def test_the_same_server_twice_counts_once_and_a_disagreement_is_ambiguous() -> None:
+    """The same server on the license path twice: an identical block counts once; a block
+    whose counts changed between the two listings is ambiguous (unknown), never replaced."""
+    status = parse_lmstat(fixture("same_server_twice.txt"))
+    assert status.features["MATLAB"].free == 143
+    stats = status.features["Statistics_Toolbox"]
+    assert stats.free is None
+    assert "different counts" in (stats.error or "")
+    assert "30 issued, 10 in use and 30 issued, 12 in use" in (stats.error or "")
+    assert any(n.startswith("MATLAB: listed 2 times identically on 1711@flexsrv1 (MLM)")
+               for n in status.notes)
+    assert any(n.startswith("Statistics_Toolbox: ambiguous") for n in status.notes)
+    seats = seat_report(status, ["matlab_free", "statistics_toolbox_free"])
+    assert seats.error is None
+    assert seats.values == {"matlab_free": 143, "statistics_toolbox_free": None}
+    assert len(seats.problems) == 1
+    assert seats.problems[0].startswith("statistics_toolbox_free (Statistics_Toolbox): listed")
+
+
+def test_two_vendor_daemons_one_down() -> None:
+    """One vendor daemon down: the server is up, its features are errors (named as problems);
+    a feature served by two vendor daemons is two pools, summed."""
+    status = parse_lmstat(fixture("two_vendors_one_down.txt"))
+    assert status.server_up
+    assert status.vendors["cdslmd"].startswith("The desired vendor daemon is down")
+    layout = status.features["Virtuoso_Layout_Suite_XL"]
+    assert layout.free is None
+    assert "vendor daemon is down" in (layout.error or "")
+    accel = status.features["sim_accel"]
+    assert (accel.issued, accel.in_use, accel.free, accel.vendor) == (12, 3, 9, None)
+    seats = seat_report(status, ["vcsruntime_net_free", "virtuoso_layout_suite_xl_free",
+                                 "sim_accel_free"])
+    assert seats.error is None
+    assert seats.values == {"vcsruntime_net_free": 46, "virtuoso_layout_suite_xl_free": None,
+                            "sim_accel_free": 9}
+    assert seats.problems == [
+        "virtuoso_layout_suite_xl_free (Virtuoso_Layout_Suite_XL): Cannot get users of "
+        "Virtuoso_Layout_Suite_XL: Cannot connect to license server system. The vendor daemon "
+        "is down (-97,121)"]
+
+
+def test_up_but_no_declared_feature_is_an_error_not_nulls() -> None:
+    """A server that answers but lists none of the declared features fails with the reason
+    (what was declared, what lmstat lists) instead of publishing nulls."""
+    status = parse_lmstat(fixture("v11.13_matlab.txt"))
+    seats = seat_report(status, ["abaqus_free", "cae_free"])
+    assert seats.values == {}
+    assert seats.error is not None
+    assert "none of the declared features" in seats.error
+    assert "declared: abaqus_free, cae_free" in seats.error
+    assert "MATLAB" in seats.error
+    only_errors = parse_lmstat(fixture("two_vendors_one_down.txt"))
+    failed = seat_report(only_errors, ["virtuoso_layout_suite_xl_free"])
+    assert failed.error is not None
+    assert "every declared feature is in error" in failed.error
+    empty = seat_report(parse_lmstat(fixture("redundant_triad.txt").split("Feature usage")[0]))
+    assert empty.error is not None
+    assert "lists no feature" in empty.error
+
+
+def _lmutil_printing(tmp_path: Path, name: str) -> Path:
+    """A stand-in `lmutil` that prints the recorded output `name` (and exits 0, as lmutil does)."""
+    script = tmp_path / "lmutil"
+    script.write_text(f"#!/bin/sh\ncat '{FIXTURES / name}'\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_poller_fails_when_the_server_lists_none_of_its_features(tmp_path: Path) -> None:
+    """The poller end to end on indented output whose features are not the declared ones:
+    exit 1, the reason on stderr, nothing on stdout (health `failed`, not `ok` with nulls)."""
+    lmutil = _lmutil_printing(tmp_path, "indented_vendor_doc.txt")
+    run = subprocess.run(
+        [sys.executable, str(REPORTERS / "flexlm_poller.py"), "--lmutil", str(lmutil),
+         "--server", "27010@cadlic"],
+        capture_output=True, text=True, timeout=30, check=False,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+             "CRR_RESOURCES": "matlab_free,simulink_free"})
+    assert run.returncode == 1
+    assert run.stdout == ""
+    assert "none of the declared features" in run.stderr
+    assert "Virtuoso_Schematic_Editor_XL" in run.stderr
+
+
+def test_poller_reports_indented_output_and_notes_duplicates(tmp_path: Path) -> None:
+    """Indented output with the declared features: reported; the summing is said on stderr."""
+    lmutil = _lmutil_printing(tmp_path, "two_servers.txt")
+    run = subprocess.run(
+        [sys.executable, str(REPORTERS / "flexlm_poller.py"), "--lmutil", str(lmutil),
+         "--server", "27000@mlm-east:27000@mlm-west"],
+        capture_output=True, text=True, timeout=30, check=False,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+             "CRR_RESOURCES": "matlab_free,simulink_free"})
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == {"values": {"matlab_free": 35, "simulink_free": 10}}
+    assert "note: MATLAB: 2 pools summed" in run.stderr
