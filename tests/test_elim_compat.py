@@ -227,15 +227,21 @@ async def test_one_shot_elim_in_the_default_mode_is_restarted_each_interval(
     assert rig.recorder.max_gap("elim") < 2.0
 
 
-async def test_one_shot_elim_as_explicit_periodic(nats_url: str, tmp_path: Path) -> None:
-    """`mode: periodic` with `format: elim`: one run per interval, each exit a report."""
-    write_script(tmp_path, "elim.once", ONESHOT)
-    catalog = _catalog(tmp_path, "elim.once", mode="periodic", interval=0.2)
+async def _periodic_values(nats_url: str, tmp_path: Path, body: str,
+                           **kw: Any) -> list[dict[str, Any]]:
+    """Run `body` as periodic reporter `elim` until it reported 3 times, always `ok`."""
+    write_script(tmp_path, "script", body)
+    catalog = _catalog(tmp_path, "script", mode="periodic", interval=0.2, **kw)
     async with running_agent(nats_url, catalog, tmp_path) as rig:
         await rig.recorder.wait_reports("elim", 3)
         assert rig.recorder.states("elim") == ["ok"]
-    assert all(v == {"el_a": 5.0}
-               for v in _values(rig.recorder.reports("elim")))
+    return _values(rig.recorder.reports("elim"))
+
+
+async def test_one_shot_elim_as_explicit_periodic(nats_url: str, tmp_path: Path) -> None:
+    """`mode: periodic` with `format: elim`: one run per interval, each exit a report."""
+    values = await _periodic_values(nats_url, tmp_path, ONESHOT)
+    assert all(v == {"el_a": 5.0} for v in values)
 
 
 # -- LSF's environment --------------------------------------------------------------------
@@ -364,14 +370,9 @@ async def test_tty_output_of_an_exiting_script_is_read_to_the_end(
 ) -> None:
     """A periodic JSON script on a tty: stdout is a terminal, and its output is read whole
     although the master end reports EIO once the script has exited."""
-    write_script(tmp_path, "tty.sh", TTY_JSON_ONESHOT)
-    catalog = _catalog(tmp_path, "tty.sh", format="json", mode="periodic", tty=True,
-                       interval=0.2)
-    async with running_agent(nats_url, catalog, tmp_path) as rig:
-        await rig.recorder.wait_reports("elim", 3)
-        assert rig.recorder.states("elim") == ["ok"]
-    assert all(v == {"el_a": 1}
-               for v in _values(rig.recorder.reports("elim")))
+    values = await _periodic_values(nats_url, tmp_path, TTY_JSON_ONESHOT, format="json",
+                                    tty=True)
+    assert all(v == {"el_a": 1} for v in values)
 
 
 # -- bad input ----------------------------------------------------------------------------

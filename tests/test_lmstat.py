@@ -21,13 +21,22 @@ def fixture(name: str) -> str:
     return (FIXTURES / name).read_text()
 
 
+@pytest.mark.parametrize(("name", "server", "version", "vendors"), [
+    ("v11.13_matlab.txt", "27000@licsrv", "v11.13.1", {"MLM": "UP v11.13.1"}),
+    ("indented_vendor_doc.txt", "27010@cadlic", "v11.18.1", {"cdslmd": "UP v11.18.1"}),
+])
+def test_server_vendor_and_version(
+    name: str, server: str, version: str, vendors: dict[str, str]
+) -> None:
+    """The server, its version and its vendor daemons, flush-left or indented output alike."""
+    status = parse_lmstat(fixture(name))
+    assert status.server_up
+    assert (status.server, status.version, status.vendors) == (server, version, vendors)
+
+
 def test_v11_13_counts_and_singular_license() -> None:
     """An 11.13 output: issued minus in use per feature; `1 license` (singular) parses too."""
     status = parse_lmstat(fixture("v11.13_matlab.txt"))
-    assert status.server_up
-    assert status.server == "27000@licsrv"
-    assert status.version == "v11.13.1"
-    assert status.vendors == {"MLM": "UP v11.13.1"}
     assert free_seats(status) == {"matlab_free": 88, "simulink_free": 50,
                                   "signal_toolbox_free": 7,
                                   "distrib_computing_toolbox_free": 0}
@@ -120,10 +129,6 @@ def test_indented_output_parses_like_flush_left() -> None:
     """Output pasted indented (vendor docs, wrappers): every feature is found, `borrowable`
     counts, the singular `1 license`, and `None` (no usage information: unknown)."""
     status = parse_lmstat(fixture("indented_vendor_doc.txt"))
-    assert status.server_up
-    assert status.server == "27010@cadlic"
-    assert status.version == "v11.18.1"
-    assert status.vendors == {"cdslmd": "UP v11.18.1"}
     assert free_seats(status) == {"virtuoso_schematic_editor_xl_free": 7, "spectre_sim_free": 0,
                                   "xcelium_borrow_free": 3, "assura_viewer_free": None}
     assert status.features["Spectre_Sim"].vendor == "cdslmd"
@@ -224,12 +229,8 @@ def test_poller_fails_when_the_server_lists_none_of_its_features(tmp_path: Path)
     """The poller end to end on indented output whose features are not the declared ones:
     exit 1, the reason on stderr, nothing on stdout (health `failed`, not `ok` with nulls)."""
     lmutil = _lmutil_printing(tmp_path, "indented_vendor_doc.txt")
-    run = subprocess.run(
-        [sys.executable, str(REPORTERS / "flexlm_poller.py"), "--lmutil", str(lmutil),
-         "--server", "27010@cadlic"],
-        capture_output=True, text=True, timeout=30, check=False,
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-             "CRR_RESOURCES": "matlab_free,simulink_free"})
+    run = _poll({"CRR_RESOURCES": "matlab_free,simulink_free"},
+                "--lmutil", str(lmutil), "--server", "27010@cadlic")
     assert run.returncode == 1
     assert run.stdout == ""
     assert "none of the declared features" in run.stderr
@@ -239,12 +240,8 @@ def test_poller_fails_when_the_server_lists_none_of_its_features(tmp_path: Path)
 def test_poller_reports_indented_output_and_notes_duplicates(tmp_path: Path) -> None:
     """Indented output with the declared features: reported; the summing is said on stderr."""
     lmutil = _lmutil_printing(tmp_path, "two_servers.txt")
-    run = subprocess.run(
-        [sys.executable, str(REPORTERS / "flexlm_poller.py"), "--lmutil", str(lmutil),
-         "--server", "27000@mlm-east:27000@mlm-west"],
-        capture_output=True, text=True, timeout=30, check=False,
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-             "CRR_RESOURCES": "matlab_free,simulink_free"})
+    run = _poll({"CRR_RESOURCES": "matlab_free,simulink_free"},
+                "--lmutil", str(lmutil), "--server", "27000@mlm-east:27000@mlm-west")
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == {"values": {"matlab_free": 35, "simulink_free": 10}}
     assert "note: MATLAB: 2 pools summed" in run.stderr
