@@ -1,7 +1,8 @@
 """Starting reporter scripts with `os.posix_spawn` and containing them (DESIGN §5 Script protocol).
 
 A script runs in its own session and process group (`setsid`), with stdin
-from `/dev/null`, stdout and stderr on pipes, no other descriptor, and a
+from `/dev/null`, stdout and stderr on pipes (stdout on a pseudo-terminal
+with the reporter's `tty: true`), no other descriptor, and a
 minimal environment: the agent's own environment (credentials, `NATS_*`)
 and connections never reach it.  No
 `fork()` of the (possibly large, multi-threaded) agent: `posix_spawn` uses
@@ -352,7 +353,13 @@ def spawn(
             raise CommandError(f"working directory does not exist: {cwd}")
         args = [_SH, "-c", _CHDIR_TRAMPOLINE, "crr-chdir", cwd, *args]
     # O_CLOEXEC: only the dup2'ed copies reach the child
-    out_r, out_w = _open_tty() if tty else os.pipe()
+    try:
+        out_r, out_w = _open_tty() if tty else os.pipe()
+    except OSError as exc:
+        if not tty:
+            raise
+        raise CommandError(f"cannot open a pseudo-terminal for `tty: true`: "
+                           f"{exc.strerror or exc} (is /dev/pts mounted?)") from None
     try:
         err_r, err_w = os.pipe()
     except BaseException:
