@@ -17,13 +17,16 @@ from typing import Any
 import msgspec
 import pytest
 
-from producers.runner import BUFFERING_HINT
+from producers.publisher import ReporterPublisher
+from producers.runner import BUFFERING_HINT, ReporterRunner, RunnerConfig
 from producers.spawn import script_environment
 from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
 from schemas.catalog_loader import load_catalog_text
+from schemas.codec import decode
 from schemas.events import Report
 from tests.agent_support import (
     SAFE_ENV,
+    MemorySink,
     Received,
     fast,
     good_catalog,
@@ -31,6 +34,7 @@ from tests.agent_support import (
     running_agent,
     write_script,
 )
+from tests.fault_support import eventually
 
 PERL = shutil.which("perl")
 needs_perl = pytest.mark.skipif(PERL is None, reason="perl is not installed")
@@ -429,3 +433,29 @@ def test_script_environment_central_and_overrides() -> None:
     assert elim["LSF_ENVDIR"] == "/etc/lsf"
     assert elim["LSF_MASTER"] == "N"
     assert elim["LSF_RESOURCES"] == ""
+
+
+async def test_a_centrally_run_elim_is_on_lsfs_master(tmp_path: Path) -> None:
+    """An external reporter's command (what `crr external run` runs) sees LSF_MASTER=Y, so an
+    elim's `[ "$LSF_MASTER" = Y ]` check for cluster-wide resources holds there."""
+    write_script(tmp_path, "elim.master", """#!/bin/sh
+if [ "$LSF_MASTER" = Y ]; then echo "1 el_a 1"; else echo "1 el_a 0"; fi
+exec sleep 30
+""")
+    spec = fast(["elim.master"], type="external", format="elim", mode="stream",
+                cwd=str(tmp_path))
+    catalog = Catalog(resources={"el_a": ResourceSpec(kind="numeric", reporter="central",
+                                                      scope="cluster")},
+                      reporters={"central": spec})
+    sink = MemorySink()
+    runner = ReporterRunner(RunnerConfig.from_catalog(catalog, "central"), host="admin1",
+                            publisher=ReporterPublisher(sink, reporter="central", host=None,
+                                                        boot="b"),
+                            reporters_dir=tmp_path, agent_env=SAFE_ENV, kill_grace=0.3)
+    runner.start()
+    try:
+        reports = await eventually(
+            lambda: [p for s, p, _, _ in sink.puts if ".report." in s], 10.0, "a report")
+    finally:
+        await runner.stop()
+    assert decode(reports[0], Report).values == {"el_a": 1.0}
