@@ -111,6 +111,8 @@ class LmstatStatus:
     """Every `License server status:` section, in order."""
     notes: list[str] = field(default_factory=list)
     """How features listed more than once were counted (see module doc)."""
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """Server sections that could not be read → why (their features are not counted)."""
 
 
 @dataclass
@@ -139,6 +141,7 @@ def parse_lmstat(text: str) -> LmstatStatus:
     version: str | None = None
     master_version: str | None = None
     errors: list[str] = []
+    unreadable: dict[str, str] = {}
     for section in sections:
         found = _features(section)
         blocks.extend(found)
@@ -152,8 +155,11 @@ def parse_lmstat(text: str) -> LmstatStatus:
             if m.group(2) and master_version is None:
                 master_version = m.group(3)
         if not up and (section.server is not None or down is not None):
-            errors.append(down.group(0).strip() if down else
-                          "no 'license server UP' line in lmstat output")
+            reason = (down.group(0).strip() if down else
+                      "no 'license server UP' line in lmstat output")
+            errors.append(reason)
+            if section.server is not None:
+                unreadable[section.server] = reason
     if not errors and not up_any:
         errors.append("no 'license server UP' line in lmstat output")
     features, notes = _merge(blocks)
@@ -161,7 +167,8 @@ def parse_lmstat(text: str) -> LmstatStatus:
     return LmstatStatus(
         server=servers[0] if servers else None, server_up=up_any,
         version=master_version or version, vendors=vendors, features=features,
-        error=None if up_any else errors[0], servers=servers, notes=notes)
+        error=None if up_any else errors[0], servers=servers, notes=notes,
+        unreadable=unreadable)
 
 
 def _features(section: _Section) -> list[FeatureUsage]:
@@ -316,7 +323,7 @@ def seat_report(
     error — so a changed output format or a wrong server cannot look like a
     healthy reporter publishing nulls.  A declared name lmstat does not
     list, or lists in error (or ambiguously), is reported as null and named
-    in `problems`.
+    in `problems`, and so is a server of several that could not be read.
     """
     where = status.server or "license server"
     if not status.server_up:
@@ -337,7 +344,8 @@ def seat_report(
         return SeatReport(values={}, error=f"{where}: every declared feature is in error: "
                           + "; ".join(f"{by_name[n].name}: {by_name[n].error}" for n in found))
     values: dict[str, int | None] = {}
-    problems: list[str] = []
+    problems = [f"{server}: {why} (its features are not counted)"
+                for server, why in status.unreadable.items()]
     for name in names:
         feature = by_name.get(name)
         values[name] = feature.free if feature is not None else None

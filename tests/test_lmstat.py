@@ -245,3 +245,17 @@ def test_poller_reports_indented_output_and_notes_duplicates(tmp_path: Path) -> 
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == {"values": {"matlab_free": 35, "simulink_free": 10}}
     assert "note: MATLAB: 2 pools summed" in run.stderr
+
+
+def test_one_server_of_two_down_is_a_problem_not_a_failure() -> None:
+    """`-c 27000@east:27000@west` with west down: east's seats are reported (west's cannot be
+    checked out anyway) and the down server is named as a problem."""
+    status = parse_lmstat(fixture("two_servers_one_down.txt"))
+    assert status.server_up
+    assert status.unreadable == {"27000@mlm-west": "lmgrd is not running: License server "
+                                 "machine is down or not responding. (-96,7:113 \"No route "
+                                 "to host\")"}
+    seats = seat_report(status, ["matlab_free"])
+    assert seats.values == {"matlab_free": 30}
+    assert len(seats.problems) == 1
+    assert seats.problems[0].startswith("27000@mlm-west: lmgrd is not running")
