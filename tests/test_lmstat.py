@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from producers.lmstat import free_seats, parse_lmstat, resource_name, seat_report
 
@@ -259,3 +261,29 @@ def test_one_server_of_two_down_is_a_problem_not_a_failure() -> None:
     assert seats.values == {"matlab_free": 30}
     assert len(seats.problems) == 1
     assert seats.problems[0].startswith("27000@mlm-west: lmgrd is not running")
+
+
+FIXTURE_NAMES = sorted(p.name for p in FIXTURES.glob("*.txt"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(FIXTURE_NAMES), indent=st.text(" \t", max_size=6),
+       crlf=st.booleans())
+def test_indentation_and_line_endings_do_not_change_the_parse(
+    name: str, indent: str, crlf: bool
+) -> None:
+    """Every fixture parses the same when each line is indented or ends in CRLF."""
+    text = fixture(name)
+    changed = ("\r\n" if crlf else "\n").join(indent + line for line in text.splitlines())
+    assert parse_lmstat(changed) == parse_lmstat(text)
+
+
+@settings(max_examples=30, deadline=None)
+@given(name=st.sampled_from(FIXTURE_NAMES), times=st.integers(2, 4))
+def test_the_same_output_repeated_counts_once(name: str, times: int) -> None:
+    """The same listing several times (the server repeated on the license path) gives the
+    same free seats as once: identical blocks are never added up."""
+    once = parse_lmstat(fixture(name))
+    repeated = parse_lmstat("\n".join([fixture(name)] * times))
+    assert free_seats(repeated) == free_seats(once)
+    assert repeated.server_up == once.server_up
