@@ -140,6 +140,22 @@ def _default_mode(spec: ReporterSpec, raw: dict[str, Any]) -> ReporterSpec:
     return spec
 
 
+def elim_mode_notes(path: str | Path) -> list[str]:
+    """One note per reporter of the (valid) `resources.yaml` at `path` given the elim default.
+
+    Said by `crr catalog apply`: such a reporter was periodic before the
+    default changed, and an operator re-applying an old file should know.
+    """
+    doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    reporters = doc.get("reporters") if isinstance(doc, dict) else None
+    if not isinstance(reporters, dict):
+        return []
+    return [f"reporters.{name}: format: elim without mode runs long-running (mode: stream), "
+            "as LSF runs elims; say `mode: periodic` for a one-shot elim"
+            for name, raw in reporters.items()
+            if isinstance(raw, dict) and raw.get("format") == "elim" and "mode" not in raw]
+
+
 def _check_reporter(name: str, spec: ReporterSpec, problems: list[str]) -> None:
     path = f"reporters.{name}"
     if spec.type == "script" and not spec.command:

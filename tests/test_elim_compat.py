@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from ops.cli import main
 from producers.publisher import ReporterPublisher
 from producers.runner import BUFFERING_HINT, ReporterRunner, RunnerConfig
 from producers.spawn import script_environment
@@ -87,6 +88,20 @@ def test_elim_without_mode_is_long_running_and_explicit_mode_wins() -> None:
     assert catalog.reporters["looping"].tty is False
     encoded = msgspec.json.encode(catalog)
     assert b'"mode":"stream"' in encoded
+
+
+def test_catalog_apply_notes_the_elim_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`crr catalog apply` says which elims get the long-running default (they were periodic
+    before it changed); an elim with an explicit mode gets no note."""
+    path = tmp_path / "resources.yaml"
+    path.write_text(CATALOG_YAML)
+    assert main(["catalog", "apply", str(path), "--dry-run"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["crr catalog: note: reporters.looping: format: elim without mode runs "
+                   "long-running (mode: stream), as LSF runs elims; say `mode: periodic` for a "
+                   "one-shot elim"]
 
 
 # -- long-running elims -------------------------------------------------------------------
