@@ -7,6 +7,8 @@ events observed on the broker, waits on events only.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import sys
 import textwrap
@@ -392,6 +394,30 @@ async def test_tty_output_of_an_exiting_script_is_read_to_the_end(
     values = await _periodic_values(nats_url, tmp_path, TTY_JSON_ONESHOT, format="json",
                                     tty=True)
     assert all(v == {"el_a": 1} for v in values)
+
+
+def _pty_fds() -> list[str]:
+    """This process's descriptors on a pseudo-terminal (master or slave)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target == "/dev/ptmx" or target.startswith("/dev/pts/"):
+                found.append(target)
+    return found
+
+
+async def test_tty_runs_leak_no_descriptor(nats_url: str, tmp_path: Path) -> None:
+    """Many short runs on a tty: each run's master is closed (the slave never stays open in
+    the agent), so no pseudo-terminal descriptor is left once the agent stopped."""
+    before = _pty_fds()
+    write_script(tmp_path, "tty.sh", TTY_JSON_ONESHOT)
+    catalog = _catalog(tmp_path, "tty.sh", format="json", mode="periodic", tty=True,
+                       interval=0.05)
+    async with running_agent(nats_url, catalog, tmp_path) as rig:
+        await rig.recorder.wait_reports("elim", 10)
+        assert len(_pty_fds()) <= len(before) + 1  # at most the run in progress
+    assert _pty_fds() == before
 
 
 # -- bad input ----------------------------------------------------------------------------
