@@ -8,12 +8,14 @@ may be indented (vendors' docs and wrappers paste it so) and end in CRLF.
 What is read:
 
 * `License server status: 27000@licsrv` — starts one server's section
-  (`lmstat -c 27000@a:27000@b` prints one per server; a three-server
+  (`lmstat -c 27000@a:27000@b` prints one per server, separated by a line
+  of dashes; a three-server
   redundant triad is one section `27000@a,27000@b,27000@c` with three
   `… license server UP` lines, one of them `(MASTER)`);
 * `licsrv: license server UP (MASTER) v11.16.4` — that server answered;
-* `Error getting status: …` / `Cannot connect to license server system`
-  / `lmgrd is not running` — the server is down: no feature is known;
+* `Error getting status: …` / `Error reading license file: …` / `Cannot
+  connect to license server system` / `lmgrd is not running` — the server
+  is down: no feature is known;
 * vendor daemon lines `MLM: UP v11.16.4` or `MLM: The desired vendor daemon
   is down…`;
 * `Users of MATLAB:  (Total of 100 licenses issued;  Total of 12 licenses in use)`
@@ -54,7 +56,8 @@ _SERVER = re.compile(r"^\s*License server status:\s*(\S+)")
 _SERVER_UP = re.compile(r"^\s*(\S+): license server UP( \(MASTER\))?\s*(v[\d.]+)?")
 _DOWN = re.compile(
     r"(Error getting status:.*|.*Cannot connect to license server system.*|"
-    r"lmgrd is not running.*|.*Cannot find license file.*|.*License server machine is down.*)")
+    r"lmgrd is not running.*|Error reading license file.*|.*Cannot find license file.*|"
+    r".*License server machine is down.*)")
 _VENDOR_SECTION = re.compile(r"^\s*Vendor daemon status \(on [^)]*\):\s*$")
 _VENDOR_LINE = re.compile(r"^\s*([A-Za-z0-9_]+): (.+)$")
 _USERS = re.compile(r"^\s*Users of ([^:\s]+):\s*(.*?)\s*$")

@@ -74,6 +74,7 @@ def test_v11_19_reservations_are_counted_in_use_and_overdraft_is_zero() -> None:
     ("server_down.txt", "Cannot connect to license server system"),
     ("lmgrd_down.txt", "lmgrd is not running"),
     ("vendor_down.txt", "MLM: Cannot connect"),
+    ("license_file_unreadable.txt", "Error reading license file: /opt/flexlm/licenses/site.lic"),
 ])
 def test_server_down_is_not_up_and_says_why(name: str, cause: str) -> None:
     """A server (or its vendor daemon) that cannot be read: not up, no features, the reason kept."""
@@ -187,6 +188,7 @@ def test_two_vendor_daemons_one_down() -> None:
     layout = status.features["Virtuoso_Layout_Suite_XL"]
     assert layout.free is None
     assert "vendor daemon is down" in (layout.error or "")
+    assert status.features["VCSRuntime_Net"].vendor == "snpslmd"
     accel = status.features["sim_accel"]
     assert (accel.issued, accel.in_use, accel.free, accel.vendor) == (12, 3, 9, None)
     seats = seat_report(status, ["vcsruntime_net_free", "virtuoso_layout_suite_xl_free",
