@@ -186,6 +186,7 @@ class ReporterRunner:
         self._task: asyncio.Task[None] | None = None
         self._inventory_devices: list[Device] | None = None
         self._inventory_generation = 0
+        self._said_looping = False
 
     @property
     def name(self) -> str:
@@ -390,6 +391,11 @@ class ReporterRunner:
                 and not await _first(proc.exited, within=min(self.exit_grace, remaining()))):
             # Still running after its line: a looping LSF elim.  Its complete
             # lines are this interval's report; stop it (its status means nothing).
+            if not self._said_looping:
+                self._said_looping = True
+                log.warning("reporter %s: elim still running after its first line, stopped "
+                            "each run; a looping elim wants `mode: stream` (the default "
+                            "for format: elim)", self.name)
             await proc.terminate(self.kill_grace)
             return self._use_output(out.complete_lines(), err)
         if proc.running:  # stdout closed; wait for the exit status
