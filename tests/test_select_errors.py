@@ -26,7 +26,7 @@ CASES = [
     ("count(free) > 1", 6, "count() needs a string_set"),
     ("ds > 3", 0, "cannot compare the string_set ds"),
     ("free has 'x'", 0, "'has' needs a string_set resource"),
-    ("os == 3", 6, "cannot compare string os with numeric 3"),
+    ("os == -3", 6, "cannot compare string os with numeric -3"),
     ("free == 'x'", 8, "cannot compare numeric free with string"),
     ("free > 1 && fre > 2", 12, "unknown resource 'fre'; did you mean 'free'?"),
     ("nosuch", 0, "unknown resource 'nosuch'"),
