@@ -38,6 +38,7 @@ from typing import Final
 import msgspec
 
 from projections.select.lexer import fail
+from schemas.errors import ExpressionError
 
 SECTIONS: Final = ("select", "order", "rusage", "span", "same", "cu", "affinity")
 """LSF's section names (a simple requirement string)."""
@@ -87,12 +88,12 @@ def _skip_space(text: str, i: int) -> int:
 
 
 def _is_word_char(ch: str) -> bool:
-    return ch == "_" or ch.isascii() and ch.isalnum()
+    return ch == "_" or (ch.isascii() and ch.isalnum())
 
 
 def _word_at(text: str, i: int) -> int:
     """End of the identifier starting at `i` (== i if there is none)."""
-    if i < len(text) and (text[i] == "_" or text[i].isascii() and text[i].isalpha()):
+    if i < len(text) and (text[i] == "_" or (text[i].isascii() and text[i].isalpha())):
         j = i + 1
         while j < len(text) and _is_word_char(text[j]):
             j += 1
@@ -122,7 +123,7 @@ def _skip_string(text: str, i: int) -> int:
             return j + 1
         else:
             j += 1
-    fail(f"unterminated string: no closing {quote}", text, i)
+    raise ExpressionError(f"unterminated string: no closing {quote}", expression=text, column=i)
 
 
 def _close(text: str, name: str, open_at: int) -> int:
@@ -146,7 +147,7 @@ def _close(text: str, name: str, open_at: int) -> int:
         i += 1
     if len(stack) > 1:
         fail(f"'{text[stack[-1]]}' is not closed", text, stack[-1])
-    fail(f"'{name}[' is not closed by ']'", text, open_at)
+    raise ExpressionError(f"'{name}[' is not closed by ']'", expression=text, column=open_at)
 
 
 def _shorthand_end(text: str, i: int) -> int:
