@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from projections.select import ExpressionError, compile_select
+from projections.select import ExpressionError, compile_select, explain
 from projections.select.requirement import SECTIONS, split
-from tests.test_select_support import CATALOG, make_table
+from tests.test_select_support import CATALOG, NOW, make_table
 
 TABLE = make_table({
     "h1": {"free": 5.0, "os": "RHEL4.6", "arch": "XeonE5-2650", "ok": True},
@@ -22,8 +22,8 @@ TABLE = make_table({
 def hosts(expr: str) -> list[str]:
     """The hosts `expr` selects in TABLE (columnar), checked against the reference interpreter."""
     compiled = compile_select(expr, CATALOG)
-    got = compiled.select(TABLE, 1_800_000_000.0)
-    assert got == [h for h in TABLE.hosts() if compiled.matches(TABLE, h, 1_800_000_000.0)]
+    got = compiled.select(TABLE, NOW)
+    assert got == [h for h in TABLE.hosts() if compiled.matches(TABLE, h, NOW)]
     return got
 
 
@@ -93,6 +93,10 @@ def test_no_select_section_matches_every_host() -> None:
     assert compiled.note is not None
     assert compiled.note.startswith("no select section: every host matches")
     assert hosts("rusage[mem=100]") == ["h1", "h2", "h3"]
+    why = explain(compiled, TABLE, "h1", NOW)
+    assert why.selected
+    assert why.tree is not None
+    assert why.tree.text == "(no select section: every host)"
 
 
 def test_bare_and_wrapped_have_no_note() -> None:
