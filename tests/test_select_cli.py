@@ -69,13 +69,17 @@ def test_select_bad_expression_caret(url: str, capsys: pytest.CaptureFixture[str
     assert "Traceback" not in captured.err
 
 
-def test_select_unknown_resource_caret(url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """An unknown resource points at its own column."""
-    expr = "scratch_free > 3 || bogus_res == 1"
+@pytest.mark.parametrize(("expr", "name", "message"), [
+    ("scratch_free > 3 || bogus_res == 1", "bogus_res", "unknown resource 'bogus_res'"),
+    ("select[scratch_free > 1] rusge[mem=1]", "rusge", "unknown section 'rusge'"),
+])
+def test_select_unknown_name_caret(url: str, capsys: pytest.CaptureFixture[str], expr: str,
+                                   name: str, message: str) -> None:
+    """An unknown resource or requirement section is exit 1 naming it, the caret under it."""
     assert main(["select", expr, "--server", url]) == 1
     lines = capsys.readouterr().err.splitlines()
-    assert "bogus_res" in lines[0]
-    assert lines[2].index("^") - 2 == expr.index("bogus_res")
+    assert message in lines[0]
+    assert lines[2].index("^") - 2 == expr.index(name)
 
 
 def test_select_whole_requirement_string_notes_other_sections(
@@ -96,15 +100,6 @@ def test_select_whole_requirement_string_notes_other_sections(
     assert "order[ut]" in captured.err
     assert main(["select", "scratch_free > 15", "--server", url]) == 0
     assert capsys.readouterr().err == ""
-
-
-def test_select_unknown_section_caret(url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """An unknown section name is exit 1 naming the section, the caret under it."""
-    expr = "select[scratch_free > 1] rusge[mem=1]"
-    assert main(["select", expr, "--server", url]) == 1
-    lines = capsys.readouterr().err.splitlines()
-    assert "unknown section 'rusge'" in lines[0]
-    assert lines[2].index("^") - 2 == expr.index("rusge")
 
 
 def test_explain_text_and_json(url: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,13 +2,15 @@
 
 Requirement strings are written as `bsub -R` takes them (IBM's documented
 section syntax); crr evaluates the select section and reports the others.
+Their errors (unknown section, bare word on the left, ambiguous `!`, …) and
+columns are in test_select_errors.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from projections.select import ExpressionError, compile_select, explain
+from projections.select import compile_select, explain
 from projections.select.requirement import SECTIONS, split
 from tests.test_select_support import CATALOG, NOW, make_table
 
@@ -107,36 +109,6 @@ def test_bare_and_wrapped_have_no_note() -> None:
         assert compiled.note is None
 
 
-# (expression, column, fragment of the message)
-SECTION_ERRORS = [
-    ("select[free > 10] rusge[mem=100]", 18, "unknown section 'rusge'"),
-    ("select[free > 10] rusge[mem=100]", 18, "did you mean 'rusage'?"),
-    ("free > 10 frobnicate[1]", 10, "unknown section 'frobnicate'"),
-    ("selct[free > 10]", 0, "unknown section 'selct'"),
-    ("select[ok] select[free > 1]", 11, "a second select section"),
-    ("free > 1 select[ok]", 9, "a second select section"),
-    ("2*{select[ok]} + 4*{select[free > 1]}", 2, "compound and alternative requirements"),
-    ("{select[ok]} || {select[free > 1]}", 0, "compound and alternative requirements"),
-    ("select[ok] rusage[mem=(100]", 26, "']' does not match the '('"),
-    ("select[ok] rusage[mem=100", 17, "'rusage[' is not closed by ']'"),
-    ("select[ok] rusage[mem=(100", 22, "'(' is not closed"),
-    ("select[ok] order[ut] free > 1", 21, "unexpected text after 'order[...]'"),
-    ("select[ok] rusage[mem=1] || order[ut]", 25, "'||' between sections joins"),
-    ("select[ok] rusage[x='q]", 20, "unterminated string"),
-    ("select[free > 10 rusage[mem=1]]", 17, "unexpected 'rusage'"),
-]
-
-
-@pytest.mark.parametrize(("expr", "column", "message"), SECTION_ERRORS)
-def test_section_errors_point_at_the_section(expr: str, column: int, message: str) -> None:
-    """Bad requirement strings fail with the section named and the caret under it."""
-    with pytest.raises(ExpressionError) as info:
-        compile_select(expr, CATALOG)
-    assert message in info.value.message
-    assert info.value.column == column
-    assert info.value.pretty().split("\n")[2] == "  " + " " * column + "^"
-
-
 def test_the_issue_example_no_longer_fails_inside_rusage() -> None:
     """`select[x>10] rusage[mem=100]` used to fail with "unexpected character '='"."""
     assert hosts("select[free>10] rusage[mem=100]") == ["h2", "h3"]
@@ -179,41 +151,7 @@ def test_dashes_stay_arithmetic_on_numbers() -> None:
     assert hosts("os == os") == ["h1", "h2", "h3"]
 
 
-@pytest.mark.parametrize(("expr", "column", "message"), [
-    ("RHEL4.6 == os", 5, "quote it ('RHEL4.6')"),
-    ("free == 1.3.29", 8, "invalid number '1.3.29'"),
-    ("os == free", 6, "cannot compare string os with numeric free"),
-    ("os == -3", 6, "cannot compare string os with numeric -3"),
-])
-def test_bare_word_errors(expr: str, column: int, message: str) -> None:
-    """Bare words elsewhere stay errors, with a hint to quote them."""
-    with pytest.raises(ExpressionError) as info:
-        compile_select(expr, CATALOG)
-    assert message in info.value.message
-    assert info.value.column == column
-
-
 # -- `!` before a comparison ------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("expr", "column", "ours", "lsf"), [
-    ("!free > 1", 0, "!(free > 1)", "(!free) > 1"),
-    ("ok && !os != 'b'", 6, "!(os != 'b')", "(!os) != 'b'"),
-    ("not free + 1 >= 2", 0, "not (free + 1 >= 2)", "(not free) + 1 >= 2"),
-    ("select[ok || not os == a] rusage[mem=1]", 13, "not (os == a)", "(not os) == a"),
-    ("!-free * 2 < 1", 0, "!(-free * 2 < 1)", "(!-free) * 2 < 1"),
-    ("!count(ds) == 0", 0, "!(count(ds) == 0)", "(!count(ds)) == 0"),
-])
-def test_not_before_comparison_is_ambiguous(expr: str, column: int, ours: str,
-                                            lsf: str) -> None:
-    """`!a == b` is an error showing both parenthesisations, the caret under the `!`."""
-    with pytest.raises(ExpressionError) as info:
-        compile_select(expr, CATALOG)
-    err = info.value
-    assert err.message.startswith("ambiguous")
-    assert f"write {ours} to negate the comparison, or {lsf} for LSF's reading" in err.message
-    assert err.column == column
-    assert err.pretty().split("\n")[2] == "  " + " " * column + "^"
 
 
 @pytest.mark.parametrize(("expr", "expected"), [
