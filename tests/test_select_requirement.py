@@ -9,8 +9,10 @@ columns are in test_select_errors.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from projections.select import compile_select, explain
+from projections.select import ExpressionError, compile_select, explain
 from projections.select.requirement import SECTIONS, split
 from tests.test_select_support import CATALOG, NOW, make_table
 
@@ -167,3 +169,19 @@ def test_dashes_stay_arithmetic_on_numbers() -> None:
 def test_unambiguous_negations(expr: str, expected: list[str]) -> None:
     """`!r` on a boolean resource alone, parenthesised comparisons and boolean equalities pass."""
     assert hosts(expr) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(st.sampled_from([*"selctrusagodpnfm []{}()'\"\\|&=!<>.-_19,:*",
+                                       "select[", "rusage[", " os == ", "free", "has_any [",
+                                       "not ", "order[", "RHEL4.6"]), max_size=25))
+def test_any_text_compiles_or_fails_with_a_caret(parts: list[str]) -> None:
+    """Whatever is pasted, compiling either works or raises ExpressionError with a column
+    inside the text — never another exception."""
+    text = "".join(parts)
+    column = 0
+    try:
+        compile_select(text, CATALOG)
+    except ExpressionError as err:
+        column = err.column
+    assert 0 <= column <= len(text)
