@@ -84,15 +84,6 @@ def next_token(expression: str, i: int, stop: int) -> Token:
     fail(f"unexpected character '{ch}'{hint}", text, i)
 
 
-def tokenize(expression: str, start: int = 0, end: int | None = None) -> list[Token]:
-    """Tokens of `expression[start:end]`, ending with an `eof` token at `end`."""
-    stop = len(expression) if end is None else end
-    out = [next_token(expression, start, stop)]
-    while out[-1].kind != "eof":
-        out.append(next_token(expression, out[-1].end, stop))
-    return out
-
-
 def bare_word_end(expression: str, i: int, stop: int) -> int:
     """End of the LSF bare word (letters, digits, `_`, `.`, `-`) at `i`; `i` if none starts there.
 
