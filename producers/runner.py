@@ -332,7 +332,7 @@ class ReporterRunner:
         argv = resolve_command(self.spec.command, self.reporters_dir,
                                self.env.get("PATH", DEFAULT_PATH))
         try:
-            return spawn(argv, self.env, self.spec.cwd, tty=self.spec.tty)
+            return spawn(argv, self.env, self.spec.cwd, tty=bool(self.spec.tty))
         except OSError as exc:
             raise CommandError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
 

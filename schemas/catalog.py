@@ -73,9 +73,12 @@ class ReporterSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     quarantine_after: int = 10
     """Consecutive failures after which the agent stops retrying (`quarantined`)."""
     description: str | None = None
-    tty: bool = False
+    tty: bool | msgspec.UnsetType = msgspec.UNSET
     """Run the script with stdout on a pseudo-terminal instead of a pipe, so that
-    stdio, perl and python line-buffer it as they do on a terminal."""
+    stdio, perl and python line-buffer it as they do on a terminal.  Left out of
+    the encoded catalog unless it was set (UNSET is falsy): a catalog that does
+    not use it stays readable by agents from before it existed, which reject
+    unknown fields."""
 
     def effective_timeout(self) -> float:
         """The run timeout, defaulted from the interval."""

@@ -87,7 +87,7 @@ def test_elim_without_mode_is_long_running_and_explicit_mode_wins() -> None:
     assert catalog.reporters["looping"].mode == "stream"
     assert catalog.reporters["oneshot"].mode == "periodic"
     assert catalog.reporters["json"].mode == "periodic"
-    assert catalog.reporters["looping"].tty is False
+    assert not catalog.reporters["looping"].tty
     encoded = msgspec.json.encode(catalog)
     assert b'"mode":"stream"' in encoded
 
@@ -451,7 +451,7 @@ async def test_malformed_line_between_good_ones(nats_url: str, tmp_path: Path) -
 
 def test_reporter_spec_tty_defaults_off() -> None:
     """`tty` is off unless asked for."""
-    assert ReporterSpec(command=["x"]).tty is False
+    assert not ReporterSpec(command=["x"]).tty
 
 
 def test_script_environment_central_and_overrides() -> None:

@@ -74,6 +74,20 @@ def test_catalog_from_before_tty_decodes() -> None:
     assert old == current
 
 
+def test_catalog_without_tty_keeps_the_old_bytes() -> None:
+    """`tty` is on the wire only where an admin set it, so a catalog that does not use it
+    encodes exactly as before and agents from before `tty` (which reject unknown fields)
+    still read it; one that sets it carries it."""
+    data = (GOLDEN / "catalog.before_tty.json").read_bytes().rstrip(b"\n")
+    catalog = decode(data, Catalog)
+    assert encode(catalog) == data
+    name, spec = next(iter(catalog.reporters.items()))
+    with_tty = msgspec.structs.replace(
+        catalog, reporters={**catalog.reporters, name: msgspec.structs.replace(spec, tty=True)})
+    assert b'"tty":true' in encode(with_tty)
+    assert decode(encode(with_tty), Catalog).reporters[name].tty is True
+
+
 def test_catalog_rejects_unknown_fields() -> None:
     """Operator input is strict: an unknown field in a catalog is an error, not ignored."""
     data = (GOLDEN / "catalog.json").read_bytes().replace(b'"version":1', b'"version":1,"x":1')
