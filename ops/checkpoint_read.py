@@ -2,7 +2,8 @@
 
 One small function, so that the projector's restore reads CRR_SNAPSHOT the
 way every other reader does: today with the lowest-level ordered read
-(`bus.ordered.OrderedReader`, DeliverLastPerSubject); switching it to the
+(`ops.replay.read_snapshot_bytes`: one `bus.ordered.OrderedReader`,
+DeliverLastPerSubject); switching it to the
 shared follower of compacted streams is a change of this function only.
 """
 
@@ -10,8 +11,7 @@ from __future__ import annotations
 
 from nats.aio.client import Client
 
-from bus.ordered import OrderedReader, StoredMessage
-from bus.subjects import SNAPSHOT_STREAM
+from ops.replay import read_snapshot_bytes
 
 RawRecords = dict[str, tuple[int, bytes]]
 """CRR_SNAPSHOT subject -> (stream sequence, raw bytes) of its last record."""
@@ -19,16 +19,4 @@ RawRecords = dict[str, tuple[int, bytes]]
 
 async def load_checkpoint(nc: Client, timeout: float = 300.0) -> RawRecords:
     """Every record CRR_SNAPSHOT holds now (empty if the stream holds none)."""
-    out: RawRecords = {}
-
-    def keep(m: StoredMessage) -> None:
-        out[m.subject] = (m.seq, m.data)
-
-    reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
-                           handler=keep)
-    await reader.start()
-    try:
-        await reader.wait_ready(timeout)
-    finally:
-        await reader.stop()
-    return out
+    return await read_snapshot_bytes(nc, timeout)

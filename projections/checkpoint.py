@@ -29,7 +29,7 @@ from projections.fold import install, set_catalog
 from projections.state import Batch, InventorySlot, ProjectionState, Record, ReporterRecord
 from schemas.catalog import Catalog
 from schemas.errors import CrrError, SubjectError
-from schemas.events import Device, Pool
+from schemas.snapshot import InventoryEntry, ReporterStatus
 
 
 class CheckpointError(CrrError, ValueError):
@@ -54,46 +54,21 @@ class _Value(msgspec.Struct, frozen=True, gc=False):
     expires_ts: float | None = None
 
 
-class _Inventory(msgspec.Struct, frozen=True):
-    pool: Pool
-    devices: list[Device]
-    state: str
-    observed_at: str
-    received_ts: float | None = None
-    expires_ts: float | None = None
-
-
-class _Reporter(msgspec.Struct, frozen=True):
-    state: str
-    detail: str | None = None
-    rejected: int = 0
-    rejections: list[str] = msgspec.field(default_factory=list)
-    exit_code: int | None = None
-    boot: str | None = None
-    health: str | None = None
-    rejected_total: int = 0
-    missing: list[str] = msgspec.field(default_factory=list)
-    silent: bool = False
-    first_seen_ts: float | None = None
-    since_ts: float | None = None
-    last_report_ts: float | None = None
-
-
 class CheckpointRecord(msgspec.Struct, frozen=True):
     """What a restore needs of a HostSnapshot or ClusterSnapshot (`host` None: cluster)."""
 
     as_of: _AsOf
     host: str | None = None
     values: dict[str, _Value] = msgspec.field(default_factory=dict)
-    inventory: dict[str, _Inventory] = msgspec.field(default_factory=dict)
-    reporters: dict[str, _Reporter] = msgspec.field(default_factory=dict)
+    inventory: dict[str, InventoryEntry] = msgspec.field(default_factory=dict)
+    reporters: dict[str, ReporterStatus] = msgspec.field(default_factory=dict)
 
 
 decode_record = msgspec.json.Decoder(CheckpointRecord).decode
 """The `CheckpointRecord` of an encoded host or cluster record (msgspec errors if not one)."""
 
 
-def _reporter(name: str, st: _Reporter, held: set[str]) -> ReporterRecord:
+def _reporter(name: str, st: ReporterStatus, held: set[str]) -> ReporterRecord:
     if st.first_seen_ts is None:
         raise CheckpointError(f"reporter {name!r} has no first_seen_ts (an older writer)")
     overdue = {n for n in st.missing if n not in held}
