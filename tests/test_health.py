@@ -12,6 +12,8 @@ from nats.aio.client import Client
 from bus.subjects import event_subject
 from ops.commands import health, latency
 from ops.reporter_health import FAILING_STATES
+from schemas.catalog_loader import load_catalog_text
+from tests.fault_support import eventually
 from tests.projector_support import publish_catalog, publish_report, running_projector
 
 
@@ -84,3 +86,40 @@ async def test_latency_from_the_streams(nc: Client, nats_url: str,
         assert row["observed_to_stored"]["n"] == 3
         assert await latency.run(_args(nats_url, json=False, since="5m", watch=0.0)) == 0
         assert "OBSERVED→STORED" in capsys.readouterr().out
+
+
+MISSING_CATALOG = load_catalog_text("""
+version: 1
+resources:
+  scratch_free: {kind: numeric, scope: host, reporter: scratch, interval: 60s, min: 0}
+  scratch_temp: {kind: numeric, scope: host, reporter: scratch, interval: 200ms}
+reporters:
+  scratch: {type: external, interval: 60s}
+""")
+
+
+async def test_health_shows_missing_resources_and_total_rejections(
+        nc: Client, nats_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A reporter that says ok but never reports one of its declared resources is failing
+    once that resource's interval + grace has passed (`missing`); REJECTED is last/total."""
+    async with running_projector(nc) as projector:
+        await publish_catalog(nc, MISSING_CATALOG)
+        await publish_report(nc, "scratch", "node1", {"scratch_free": -1.0}, seq=1)
+        seq = await publish_report(nc, "scratch", "node1", {"scratch_free": 5.0}, seq=2)
+        await projector.wait_until(seq)
+
+        async def failing() -> list[dict[str, object]] | None:
+            if await health.run(_args(nats_url, json=True)) != 1:
+                capsys.readouterr()
+                return None
+            rows: list[dict[str, object]] = json.loads(capsys.readouterr().out)
+            return rows
+
+        rows = await eventually(failing, 10, "scratch_temp missing")
+        assert (rows[0]["state"], rows[0]["missing"], rows[0]["failing"]) == (
+            "ok", ["scratch_temp"], True)
+        assert (rows[0]["rejected"], rows[0]["rejected_total"]) == (0, 1)
+        assert await health.run(_args(nats_url, json=False)) == 1
+        table = capsys.readouterr().out
+        assert "missing scratch_temp" in table
+        assert table.splitlines()[1].split()[5] == "0/1"
