@@ -13,7 +13,9 @@ The fold is `projections.fold` (the projector's own code), driven by
 `--verify` replays exactly the input the running projector folded: the last
 event per subject up to its start sequence, then every event up to its
 recorded position (`crr.v1.snapshot.projector`), expired at its recorded
-tick — and compares each record byte for byte.  With partitions it does that
+tick — and compares each record byte for byte.  (A projector restored from
+CRR_SNAPSHOT carries its predecessor's start sequence: its state is the fold
+of that same input.)  With partitions it does that
 for each partition (`crr.v1.snapshot.projector.<k>`), replaying only the
 events it folds (`bus.streams.owns`) and comparing only the records it
 writes (`bus.streams.owner`).  Caveats (printed with any
