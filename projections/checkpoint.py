@@ -259,14 +259,17 @@ def earliest_due(state: ProjectionState, data: bytes) -> tuple[str | None, int, 
     if rec.as_of.ts is None:
         raise CheckpointError("as_of has no ts (an older writer)")
     scope = "cluster" if rec.host is None else "host"
-    due = math.inf
+    values = rec.values.values()
+    fresh = [v.expires_ts for v in values if v.state != "stale"]
+    if None in fresh:
+        raise CheckpointError("a value has no expires_ts (an older writer)")
+    due = min((t for t in fresh if t is not None), default=math.inf)
     held: dict[str, int] = {}
-    for v in rec.values.values():
-        held[v.reporter] = held.get(v.reporter, 0) + 1
-        if v.state != "stale":
-            if v.expires_ts is None:
-                raise CheckpointError("a value has no expires_ts (an older writer)")
-            due = min(due, v.expires_ts)
+    if len(rec.reporters) == 1:
+        held[next(iter(rec.reporters))] = len(values)
+    else:
+        for v in values:
+            held[v.reporter] = held.get(v.reporter, 0) + 1
     for inv in rec.inventory.values():
         if inv.state != "stale" and inv.expires_ts is not None:
             due = min(due, inv.expires_ts)
