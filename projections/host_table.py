@@ -29,6 +29,16 @@ and *fresh* when it has a value.  A resource never reported on a host is
 
 `upsert` costs O(values in the old and the new snapshot) plus O(changed set
 members); `set_catalog` rebuilds every column from the stored snapshots.
+
+Lean rows (the scheduler view): `load_records` / `upsert_record` take a
+record's `LeanHost` decode (state, value and expiry of each value — nothing
+else) and keep only the record's bytes beside the columns; `get` decodes the
+full `HostSnapshot` from those bytes on demand.  A host therefore costs its
+columns' cells plus one bytes object, never a tree of Python objects that
+the cyclic garbage collector must scan.  The expiry is the record's numeric
+`expires_ts` twin when it has one, else its parsed `expires_at` (older
+records).  A kept record whose full decode fails (the lean one succeeded)
+makes `get` return None and is reported to `on_unreadable`.
 Pure data structure: no IO, no clock.
 """
 
@@ -36,16 +46,19 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, Final, Literal
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
 from schemas.catalog import EMPTY_CATALOG, Catalog, Kind, ResourceSpec
+from schemas.codec import DECODERS
 from schemas.errors import PayloadError
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ValueEntry
+from schemas.snapshot_lean import LEAN_HOST_DECODER, LeanEntry, LeanHost
 from schemas.timestamps import parse_time
 
 ABSENT: Final = 0
@@ -95,9 +108,27 @@ _DIGITS: Final = (0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22)
 _SEPARATORS: Final = ((4, "-"), (7, "-"), (10, "T"), (13, ":"), (16, ":"), (19, "."), (23, "Z"))
 _MONTH_DAYS: Final = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.int64)
 _STATE_CODES: Final = {"fresh": FRESH, "stale": STALE}
-_ENTRY_FIELDS: Final = operator.attrgetter("state", "expires_at", "value")
-_Gathered = tuple[list[int], list[tuple[str, str, Any]]]
-"""One column's values before it is built: rows, and (state, expires_at, value) per row."""
+_LEAN_FIELDS: Final = operator.attrgetter("state", "expires_ts", "expires_at", "value")
+
+
+def _twinless_fields(entry: ValueEntry) -> tuple[str, float | None, str, Any]:
+    return entry.state, None, entry.expires_at, entry.value
+
+
+_ENTRY_FIELDS: Final[Callable[[Any], tuple[str, float | None, str, Any]]] = (
+    _LEAN_FIELDS if "expires_ts" in ValueEntry.__struct_fields__ else _twinless_fields
+)
+"""(state, expires_ts, expires_at, value) of a full entry (ValueEntry has the twin once
+the projector writes it; until then it is None)."""
+_Quad = tuple[str, float | None, str, Any]
+_Gathered = tuple[list[int], list[_Quad]]
+"""One column's values before it is built: rows, and (state, expires_ts, expires_at, value)
+per row."""
+Entry = ValueEntry | LeanEntry
+"""What the columns read of a value: a full entry or its lean decode."""
+Doc = HostSnapshot | bytes
+"""What a row keeps: the snapshot upserted, or the record's bytes (lean rows)."""
+_host_decoder: Final[msgspec.json.Decoder[HostSnapshot]] = DECODERS[HostSnapshot]
 _NOTHING: Final[_Gathered] = ([], [])
 
 
@@ -149,6 +180,18 @@ def expires_many(texts: list[str]) -> FloatArray:
     return out
 
 
+def _expiries(twins: tuple[float | None, ...], texts: tuple[str, ...]) -> FloatArray:
+    """`entry_expiry` of many entries: the twins where present, the parsed strings elsewhere."""
+    if None not in twins:
+        return np.array(twins, dtype=np.float64)
+    missing = [i for i, t in enumerate(twins) if t is None]
+    if len(missing) == len(twins):
+        return expires_many(list(texts))
+    out = np.array([math.nan if t is None else t for t in twins], dtype=np.float64)
+    out[missing] = expires_many([texts[i] for i in missing])
+    return out
+
+
 def normalize(kind: Kind, value: Any) -> Any:
     """The value as `select[]` sees it, or None when it is null or not of `kind`.
 
@@ -192,11 +235,17 @@ def _string_set(value: Any) -> frozenset[str] | None:
     return result
 
 
-def entry_code(kind: Kind, entry: ValueEntry | None) -> tuple[int, float, Any]:
+def entry_expiry(entry: Entry) -> float:
+    """Epoch seconds an entry expires at: its `expires_ts` twin, else its parsed `expires_at`."""
+    ts: float | None = getattr(entry, "expires_ts", None)
+    return ts if ts is not None else expires_seconds(entry.expires_at)
+
+
+def entry_code(kind: Kind, entry: Entry | None) -> tuple[int, float, Any]:
     """(state code, expires_at seconds, normalized value) of one snapshot entry."""
     if entry is None:
         return ABSENT, math.inf, None
-    expires = expires_seconds(entry.expires_at)
+    expires = entry_expiry(entry)
     if entry.state == "stale":
         return STALE, expires, None
     value = normalize(kind, entry.value) if entry.state == "fresh" else None
@@ -331,12 +380,15 @@ class ClusterValue:
 class HostTable:
     """Host snapshots plus their values as numpy columns; see the module doc."""
 
-    def __init__(self, catalog: Catalog | None = None) -> None:
+    def __init__(self, catalog: Catalog | None = None, *,
+                 on_unreadable: Callable[[str, Exception], None] | None = None) -> None:
+        """`on_unreadable(host, error)`: a lean row's record failed its full decode in `get`."""
         self._catalog: Catalog = catalog if catalog is not None else EMPTY_CATALOG
+        self._on_unreadable = on_unreadable
         self._capacity = _INITIAL_CAPACITY
         self._rows: dict[str, int] = {}
         self._names: list[str | None] = [None] * self._capacity
-        self._snaps: list[HostSnapshot | None] = [None] * self._capacity
+        self._snaps: list[Doc | None] = [None] * self._capacity
         self._free: list[int] = list(range(self._capacity - 1, -1, -1))  # low rows first
         self._columns: dict[str, Column] = {}
         self._cluster: ClusterSnapshot | None = None
@@ -371,23 +423,32 @@ class HostTable:
         upserted after the build; on a table that already has hosts this is
         `upsert` per snapshot.
         """
+        self._load(((s.host, s.values, s) for s in snapshots), _ENTRY_FIELDS)
+
+    def load_records(self, records: Iterable[tuple[LeanHost, bytes]]) -> None:
+        """`load` for lean rows: each record's lean decode and its bytes (see the module doc).
+
+        Nothing of a `LeanHost` is kept; `records` may decode lazily, one by one.
+        """
+        self._load(((lean.host, lean.values, data) for lean, data in records), _LEAN_FIELDS)
+
+    def _load(self, items: Iterator[tuple[str, Mapping[str, Entry], Doc]],
+              fields: Callable[[Any], _Quad]) -> None:
         if self._rows:
-            for snap in snapshots:
-                self.upsert(snap)
+            for host, values, doc in items:
+                self._replace(host, values, doc)
             return
         rows: dict[str, int] = {}
-        snaps: list[HostSnapshot | None] = []
-        later: list[HostSnapshot] = []
+        snaps: list[Doc | None] = []
+        later: list[tuple[str, Mapping[str, Entry], Doc]] = []
         gathered: dict[str, _Gathered] = {}
-        fields = _ENTRY_FIELDS
-        for snap in snapshots:
-            host = snap.host
+        for host, values, doc in items:
             if host in rows:
-                later.append(snap)
+                later.append((host, values, doc))
                 continue
             row = rows[host] = len(snaps)
-            snaps.append(snap)
-            for name, entry in snap.values.items():
+            snaps.append(doc)
+            for name, entry in values.items():
                 lists = gathered.get(name)
                 if lists is None:
                     lists = gathered[name] = ([], [])
@@ -405,31 +466,32 @@ class HostTable:
         self._order = None
         self._sorted_names = None
         self._build_columns(gathered)
-        for snap in later:
-            self.upsert(snap)
+        for host, values, doc in later:
+            self._replace(host, values, doc)
 
     def upsert(self, snapshot: HostSnapshot) -> None:
         """Insert or replace one host's snapshot."""
-        row = self._rows.get(snapshot.host)
-        old: dict[str, ValueEntry] = {}
+        self._replace(snapshot.host, snapshot.values, snapshot)
+
+    def upsert_record(self, lean: LeanHost, data: bytes) -> None:
+        """Insert or replace one host as a lean row: its lean decode and its record's bytes."""
+        self._replace(lean.host, lean.values, data)
+
+    def _replace(self, host: str, new: Mapping[str, Entry], doc: Doc) -> None:
+        row = self._rows.get(host)
+        prev: Doc | None = None
         if row is None:
-            row = self._allocate(snapshot.host)
+            row = self._allocate(host)
         else:
             prev = self._snaps[row]
-            if prev is not None:
-                old = prev.values
-        self._snaps[row] = snapshot
-        new = snapshot.values
+        self._snaps[row] = doc
         columns = self._columns
         for name, entry in new.items():
             col = columns.get(name)
             if col is not None:
                 self._write(col, row, entry)
-        for name in old:
-            if name not in new:
-                col = columns.get(name)
-                if col is not None:
-                    self._write(col, row, None)
+        if prev is not None:
+            self._clear_others(row, prev, new)
         if len(self._strings) > _POOL_COMPACT_MIN and len(self._strings) > 8 * (
             len(self._rows) * max(1, sum(c.kind == "string" for c in columns.values()))
         ):
@@ -442,10 +504,7 @@ class HostTable:
             return
         prev = self._snaps[row]
         if prev is not None:
-            for name in prev.values:
-                col = self._columns.get(name)
-                if col is not None:
-                    self._write(col, row, None)
+            self._clear_others(row, prev, {})
         self._snaps[row] = None
         self._names[row] = None
         self._free.append(row)
@@ -462,9 +521,23 @@ class HostTable:
         return list(self.sorted_names())
 
     def get(self, host: str) -> HostSnapshot | None:
-        """The stored snapshot of `host`, if any."""
+        """The stored snapshot of `host`, if any (a lean row's record is decoded now)."""
         row = self._rows.get(host)
-        return None if row is None else self._snaps[row]
+        doc = None if row is None else self._snaps[row]
+        if not isinstance(doc, bytes):
+            return doc
+        try:
+            return _host_decoder.decode(doc)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            if self._on_unreadable is not None:
+                self._on_unreadable(host, exc)
+            return None
+
+    def record(self, host: str) -> bytes | None:
+        """A lean row's record bytes, as the stream stored them (None: not a lean row)."""
+        row = self._rows.get(host)
+        doc = None if row is None else self._snaps[row]
+        return doc if isinstance(doc, bytes) else None
 
     def cluster(self) -> ClusterSnapshot | None:
         """The stored cluster snapshot, if any."""
@@ -567,7 +640,21 @@ class HostTable:
             self._strings.append(text)
         return code
 
-    def _write(self, col: Column, row: int, entry: ValueEntry | None) -> None:
+    def _clear_others(self, row: int, prev: Doc, new: Mapping[str, Entry]) -> None:
+        """Clear the row's cells that `prev` had a value for and `new` does not."""
+        columns = self._columns
+        if isinstance(prev, bytes):  # the names are not kept: ask the columns
+            for name, col in columns.items():
+                if name not in new and col.state[row] != ABSENT:
+                    self._write(col, row, None)
+            return
+        for name in prev.values:
+            if name not in new:
+                old = columns.get(name)
+                if old is not None:
+                    self._write(old, row, None)
+
+    def _write(self, col: Column, row: int, entry: Entry | None) -> None:
         code, expires, value = entry_code(col.kind, entry)
         col.state[row] = code
         col.expires[row] = expires
@@ -614,21 +701,26 @@ class HostTable:
         if gathered is None:
             gathered = {name: ([], []) for name in self._columns}
             get = gathered.get
-            fields = _ENTRY_FIELDS
             snaps = self._snaps
             for row in sorted(self._rows.values()):
                 snap = snaps[row]
                 assert snap is not None, row
-                for name, entry in snap.values.items():
+                values: Mapping[str, Entry]
+                fields: Callable[[Any], _Quad]
+                if isinstance(snap, bytes):  # decoded before, so it decodes again
+                    values, fields = LEAN_HOST_DECODER.decode(snap).values, _LEAN_FIELDS
+                else:
+                    values, fields = snap.values, _ENTRY_FIELDS
+                for name, entry in values.items():
                     lists = get(name)
                     if lists is not None:
                         lists[0].append(row)
                         lists[1].append(fields(entry))
         strings: list[tuple[Column, IntArray, list[str]]] = []
         for name, col in self._columns.items():
-            rows, triples = gathered.get(name, _NOTHING)
+            rows, quads = gathered.get(name, _NOTHING)
             if rows:
-                fresh_strings = self._fill(col, rows, triples)
+                fresh_strings = self._fill(col, rows, quads)
                 if fresh_strings is not None:
                     strings.append((col, *fresh_strings))
         if strings:
@@ -636,20 +728,20 @@ class HostTable:
         self._build_cluster()
 
     def _fill(
-        self, col: Column, rows: list[int], triples: list[tuple[str, str, Any]]
+        self, col: Column, rows: list[int], quads: list[_Quad]
     ) -> tuple[IntArray, list[str]] | None:
-        """Write (state, expires_at, value) at `rows` of a new column, as `_write` would.
+        """Write (state, expiry, value) at `rows` of a new column, as `_write` would.
 
         A string column's codes are left to `_fill_string_codes`: this returns
         its fresh rows and their strings.
         """
         n = len(rows)
         idx = np.asarray(rows, dtype=np.int64)
-        states, texts, raw = zip(*triples, strict=True)
+        states, twins, texts, raw = zip(*quads, strict=True)
         codes = _STATE_CODES.get
         # 1 fresh, 2 stale, anything else NULL: entry_code's first two tests.
         state = np.fromiter([codes(st, NULL) for st in states], dtype=np.int8, count=n)
-        expires = expires_many(list(texts))
+        expires = _expiries(twins, texts)
         kind = col.kind
         num: FloatArray | None = None
         trues: BoolArray | None = None
