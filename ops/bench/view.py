@@ -119,7 +119,7 @@ def apply_in_process(records: list[tuple[str, bytes]]) -> tuple[float, float]:
     for _ in range(3):
         t0 = time.perf_counter()
         for m in msgs:
-            view._apply(m)  # measuring the apply path itself
+            view._live_record(m)  # measuring the live apply path itself
         apply_times.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         for m in msgs:
