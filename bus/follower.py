@@ -84,7 +84,8 @@ class Follower(Generic[L]):
         self._reader: OrderedReader | None = None
         self._generation = 0
         self._state: L | None = None
-        """The (re)load in progress; None once live."""
+        """The state of the (re)load in progress."""
+        self._loading = False
         self._remove_reconnect: Callable[[], None] | None = None
         self._check: asyncio.Task[bool] | None = None
         self._ready = asyncio.Event()
@@ -108,7 +109,7 @@ class Follower(Generic[L]):
     @property
     def loading(self) -> bool:
         """Whether a (re)load is in progress."""
-        return self._state is not None
+        return self._loading
 
     async def start(self) -> None:
         """Subscribe and start the first load; returns before it completes."""
@@ -180,6 +181,7 @@ class Follower(Generic[L]):
         self._generation += 1
         generation = self._generation
         state = self._state = self._new_load()
+        self._loading = True
 
         def handler(m: StoredMessage) -> None:
             if generation == self._generation:
@@ -190,22 +192,23 @@ class Follower(Generic[L]):
             deliver=DeliverPolicy.LAST_PER_SUBJECT, idle_heartbeat=self._idle_heartbeat,
         )
         await reader.start()
-        if reader.ready.is_set() and self._state is state and generation == self._generation:
+        if reader.ready.is_set() and self._loading and generation == self._generation:
             self._finish(state)  # the stream was empty
 
     def _handle(self, m: StoredMessage) -> None:
         self.last = m
         self.received += 1
-        state = self._state
-        if state is None:
+        if not self._loading:
             self._live(m)
             return
+        state: L = self._state  # type: ignore[assignment]  # set with _loading
         self._load(state, m)
         if m.pending == 0:
             self._finish(state)
 
     def _finish(self, state: L) -> None:
         self._state = None
+        self._loading = False
         self._loaded_cb(state)
         self._ready.set()
 

@@ -209,3 +209,24 @@ async def test_load_compacted_on_a_missing_stream_fails_clearly(nc: Client) -> N
     with pytest.raises(nats.js.errors.NotFoundError, match="stream not found"):
         await load_compacted(nc, stream="NO_SUCH_STREAM", subject="zz.>",
                              handler=lambda _m: None, timeout=2)
+
+
+async def test_a_stateless_follower_still_tells_load_from_live(nc: Client) -> None:
+    """A follower whose load state is None (crr latency) still hands loaded records to `load`
+    and later ones to `live`."""
+    await make_stream(nc)
+    await put(nc, [("f.a", b"1"), ("f.b", b"2")])
+    loaded: list[bytes] = []
+    live: list[bytes] = []
+    follower: Follower[None] = Follower(
+        nc, stream=STREAM, subject="f.>", new_load=lambda: None,
+        load=lambda _, m: loaded.append(m.data), loaded=lambda _: None,
+        live=lambda m: live.append(m.data))
+    try:
+        await follower.start()
+        await follower.wait_ready(10)
+        await put(nc, [("f.a", b"3")])
+        await eventually(lambda: live == [b"3"], 10, "the live record")
+        assert loaded == [b"1", b"2"]
+    finally:
+        await follower.stop()
