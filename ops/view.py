@@ -27,9 +27,9 @@ consumer was created has been applied; `select` and `explain` raise
 `NotReadyError` before that — "not loaded yet" is never "absent".
 
 Lean rows: a host record is decoded only as far as the columns need
-(`schemas.snapshot_lean.LeanHost`: each value's state, value and expiry —
-the numeric `expires_ts` twin when the record has one, else the parsed
-`expires_at`), and the view keeps the record's bytes, not a `HostSnapshot`:
+(`HostTable.decode_record`: each catalog resource's state, value and
+expiry — the numeric `expires_ts` twin when the record has one, else the
+parsed `expires_at`), and the view keeps the record's bytes, not a `HostSnapshot`:
 `table.get(host)` and `explain` decode the full record on demand.  Nothing
 of a decoded record outlives its apply, so live updates do not grow the
 object graph the garbage collector scans.  A record that does not decode
@@ -85,7 +85,6 @@ from schemas.catalog import Catalog
 from schemas.codec import DECODERS
 from schemas.errors import CrrError, CrrTimeoutError, NotReadyError, SubjectError
 from schemas.snapshot import ClusterSnapshot, ProjectorStatus
-from schemas.snapshot_lean import LEAN_HOST_DECODER, LeanHost
 
 log = logging.getLogger("crr.view")
 
@@ -364,7 +363,8 @@ class SchedulerView:
         try:
             if subject.startswith(SNAPSHOT_HOST_PREFIX):
                 if m.data:
-                    self.table.upsert_record(LEAN_HOST_DECODER.decode(m.data), m.data)
+                    table = self.table
+                    table.upsert_row(table.decode_record(m.data), m.data)
                 else:  # a purge or delete marker: the host is gone
                     self.table.remove(untoken(subject[len(SNAPSHOT_HOST_PREFIX):]))
             else:
@@ -427,21 +427,17 @@ class SchedulerView:
         log.warning("scheduler view: the record of host %s does not decode in full: %s",
                     host, exc)
 
-    def _lean_hosts(self, load: _Load) -> Iterator[tuple[LeanHost, bytes]]:
-        """The kept host records, lean-decoded one by one (undecodable ones counted, skipped)."""
-        decode = LEAN_HOST_DECODER.decode
-        for m in load.hosts.values():
-            if m.data:
-                try:
-                    yield decode(m.data), m.data
-                except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-                    self._reject(m, exc)
+    def _load_hosts(self, load: _Load, table: HostTable) -> None:
+        """Load the kept host records into `table` (undecodable ones counted and skipped)."""
+        kept = [m for m in load.hosts.values() if m.data]
+        table.load_records([m.data for m in kept],
+                           on_error=lambda i, exc: self._reject(kept[i], exc))
 
     def _finish(self, load: _Load) -> None:
         """Build the loaded table column-wise and swap it in, all in one synchronous step."""
         table = HostTable(load.catalog, on_unreadable=self._unreadable)
         with _gc_paused():
-            table.load_records(self._lean_hosts(load))
+            self._load_hosts(load, table)
         if load.cluster is not None:
             table.set_cluster(load.cluster)
         reload = self._loaded.is_set()

@@ -30,9 +30,12 @@ and *fresh* when it has a value.  A resource never reported on a host is
 `upsert` costs O(values in the old and the new snapshot) plus O(changed set
 members); `set_catalog` rebuilds every column from the stored snapshots.
 
-Lean rows (the scheduler view): `load_records` / `upsert_record` take a
-record's `LeanHost` decode (state, value and expiry of each value — nothing
-else) and keep only the record's bytes beside the columns; `get` decodes the
+Lean rows (the scheduler view): `decode_record` reads a record's bytes as
+far as the columns need (`schemas.snapshot_lean.lean_decoder` for the
+catalog's host resources: state, value and expiry of each — nothing else),
+`load_records` / `upsert_row` keep only the record's bytes beside the
+columns (a bulk load fills each column from its entries with a few C-level
+passes, a chunk of records at a time); `get` decodes the
 full `HostSnapshot` from those bytes on demand.  A host therefore costs its
 columns' cells plus one bytes object, never a tree of Python objects that
 the cyclic garbage collector must scan.  The expiry is the record's numeric
@@ -46,7 +49,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final, Literal
 
@@ -58,7 +61,8 @@ from schemas.catalog import EMPTY_CATALOG, Catalog, Kind, ResourceSpec
 from schemas.codec import DECODERS
 from schemas.errors import PayloadError
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ValueEntry
-from schemas.snapshot_lean import LEAN_HOST_DECODER, LeanEntry, LeanHost
+from schemas.snapshot_lean import ABSENT as ABSENT_ENTRY
+from schemas.snapshot_lean import LeanEntry, LeanRecord, lean_decoder
 from schemas.timestamps import parse_time
 
 ABSENT: Final = 0
@@ -70,6 +74,8 @@ MAX_MEMBER_COLUMNS: Final = 256
 """Member columns kept per string-set resource (least recently used are dropped)."""
 
 _INITIAL_CAPACITY: Final = 64
+LOAD_CHUNK: Final = 2048
+"""Records decoded at a time by `HostTable.load_records` (bounds the load's transient objects)."""
 _POOL_COMPACT_MIN: Final = 65536
 
 BoolArray = npt.NDArray[np.bool_]
@@ -108,6 +114,10 @@ _DIGITS: Final = (0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22)
 _SEPARATORS: Final = ((4, "-"), (7, "-"), (10, "T"), (13, ":"), (16, ":"), (19, "."), (23, "Z"))
 _MONTH_DAYS: Final = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.int64)
 _STATE_CODES: Final = {"fresh": FRESH, "stale": STALE}
+_LEAN_CODES: Final = {"fresh": FRESH, "stale": STALE, "unknown": NULL, "absent": ABSENT}
+_STATE: Final = operator.attrgetter("state")
+_TWIN: Final = operator.attrgetter("expires_ts")
+_VALUE: Final = operator.attrgetter("value")
 _LEAN_FIELDS: Final = operator.attrgetter("state", "expires_ts", "expires_at", "value")
 
 
@@ -190,6 +200,13 @@ def _expiries(twins: tuple[float | None, ...], texts: tuple[str, ...]) -> FloatA
     out = np.array([math.nan if t is None else t for t in twins], dtype=np.float64)
     out[missing] = expires_many([texts[i] for i in missing])
     return out
+
+
+def _capacity_for(n: int, capacity: int) -> int:
+    """`capacity` doubled until it holds `n` rows (how the table grows)."""
+    while capacity < n:
+        capacity *= 2
+    return capacity
 
 
 def normalize(kind: Kind, value: Any) -> Any:
@@ -298,6 +315,18 @@ class Column:
         self.f_arr: BoolArray = np.zeros(capacity if self.kind == "boolean" else 0, np.bool_)
         self.min_expiry = math.inf
 
+    def shrink(self, capacity: int) -> None:
+        """Keep the first `capacity` rows of every array (the rest must be absent)."""
+        for attr in ("state", "expires", "values", "fresh", "stale_flag"):
+            setattr(self, attr, getattr(self, attr)[:capacity].copy())
+        if self.kind == "boolean":
+            self.t_arr = self.t_arr[:capacity].copy()
+            self.f_arr = self.f_arr[:capacity].copy()
+        if self.kind == "string_set":
+            del self.sets[capacity:]
+        for m, col in self.members.items():
+            self.members[m] = col[:capacity].copy()
+
     def grow(self, capacity: int) -> None:
         """Extend every array to `capacity` rows; new rows are absent."""
         old = len(self.state)
@@ -385,6 +414,8 @@ class HostTable:
         """`on_unreadable(host, error)`: a lean row's record failed its full decode in `get`."""
         self._catalog: Catalog = catalog if catalog is not None else EMPTY_CATALOG
         self._on_unreadable = on_unreadable
+        self._lean: tuple[msgspec.json.Decoder[Any], Callable[[Any], Any], list[str]] | None = None
+        """The lean decoder of the catalog's host resources, its entry reader and the names."""
         self._capacity = _INITIAL_CAPACITY
         self._rows: dict[str, int] = {}
         self._names: list[str | None] = [None] * self._capacity
@@ -410,7 +441,23 @@ class HostTable:
     def set_catalog(self, catalog: Catalog) -> None:
         """Follow a new catalog: rebuild every column from the stored snapshots."""
         self._catalog = catalog
+        self._lean = None
         self._build_columns()
+
+    def _lean_codec(self) -> tuple[msgspec.json.Decoder[Any], Callable[[Any], Any], list[str]]:
+        if self._lean is None:
+            names = sorted(n for n, spec in self._catalog.resources.items()
+                           if spec.scope == "host")
+            self._lean = (*lean_decoder(names), names)
+        return self._lean
+
+    def decode_record(self, data: bytes) -> LeanRecord:
+        """A host record's lean decode for this table's catalog (msgspec errors if invalid).
+
+        Only for `load_rows` / `upsert_row` of this table, before its catalog changes.
+        """
+        record: LeanRecord = self._lean_codec()[0].decode(data)
+        return record
 
     def load(self, snapshots: Iterable[HostSnapshot]) -> None:
         """Insert many snapshots at once (a cold start), built column-wise.
@@ -425,15 +472,80 @@ class HostTable:
         """
         self._load(((s.host, s.values, s) for s in snapshots), _ENTRY_FIELDS)
 
-    def load_records(self, records: Iterable[tuple[LeanHost, bytes]]) -> None:
-        """`load` for lean rows: each record's lean decode and its bytes (see the module doc).
+    def load_records(self, records: Sequence[bytes],
+                     on_error: Callable[[int, Exception], None] | None = None) -> None:
+        """`load` for lean rows, from the records' bytes (see the module doc).
 
-        Nothing of a `LeanHost` is kept; `records` may decode lazily, one by one.
+        Gives the table that `upsert_row` of each record's `decode_record` in
+        turn gives.  A record that does not decode is skipped and reported as
+        `on_error(index, error)`.  The records are decoded and their values
+        put in the columns `LOAD_CHUNK` at a time, so the decoded objects of
+        no more than a chunk exist at once (a load must not leave the process
+        with the memory of a million short-lived objects).
         """
-        self._load(((lean.host, lean.values, data) for lean, data in records), _LEAN_FIELDS)
+        decode = self._lean_codec()[0].decode
+        if self._rows:
+            for i, data in enumerate(records):
+                try:
+                    lean = decode(data)
+                except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                    if on_error is not None:
+                        on_error(i, exc)
+                    continue
+                self.upsert_row(lean, data)
+            return
+        self._capacity = _capacity_for(len(records), self._capacity)
+        self._build_columns(lean=True)
+        rows: dict[str, int] = {}
+        docs: list[Doc | None] = []
+        later: list[tuple[LeanRecord, bytes]] = []
+        chunk: list[Any] = []
+        for i, data in enumerate(records):
+            try:
+                lean = decode(data)
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                if on_error is not None:
+                    on_error(i, exc)
+                continue
+            host = lean.host
+            if host in rows:
+                later.append((lean, data))
+                continue
+            rows[host] = len(docs)
+            docs.append(data)
+            chunk.append(lean.values)
+            if len(chunk) == LOAD_CHUNK:
+                self._fill_lean(np.arange(len(docs) - len(chunk), len(docs)), chunk)
+                chunk = []
+        if chunk:
+            self._fill_lean(np.arange(len(docs) - len(chunk), len(docs)), chunk)
+        capacity = _capacity_for(len(docs), _INITIAL_CAPACITY)
+        if capacity < self._capacity:  # some records were repeats or did not decode
+            for col in self._columns.values():
+                col.shrink(capacity)
+            self._capacity = capacity
+        self._take_rows(rows, docs)
+        self._build_cluster()
+        for lean, data in later:
+            self.upsert_row(lean, data)
+
+    def _take_rows(self, rows: dict[str, int], docs: list[Doc | None]) -> None:
+        """Rows 0..n-1 of an empty table: `rows` names them, `docs` is what each keeps."""
+        n = len(docs)
+        capacity = self._capacity
+        while capacity < n:
+            capacity *= 2
+        self._capacity = capacity
+        self._names = [*rows, *([None] * (capacity - n))]
+        self._snaps = [*docs, *([None] * (capacity - n))]
+        self._rows = rows
+        self._free = list(range(capacity - 1, n - 1, -1))  # popped from the end: low rows first
+        self._order = None
+        self._sorted_names = None
 
     def _load(self, items: Iterator[tuple[str, Mapping[str, Entry], Doc]],
               fields: Callable[[Any], _Quad]) -> None:
+        """The bulk load of full snapshots: gathered entry by entry (see `load`)."""
         if self._rows:
             for host, values, doc in items:
                 self._replace(host, values, doc)
@@ -454,17 +566,7 @@ class HostTable:
                     lists = gathered[name] = ([], [])
                 lists[0].append(row)
                 lists[1].append(fields(entry))
-        n = len(snaps)
-        capacity = self._capacity
-        while capacity < n:
-            capacity *= 2
-        self._capacity = capacity
-        self._names = [*rows, *([None] * (capacity - n))]
-        self._snaps = [*snaps, *([None] * (capacity - n))]
-        self._rows = rows
-        self._free = list(range(capacity - 1, n - 1, -1))  # popped from the end: low rows first
-        self._order = None
-        self._sorted_names = None
+        self._take_rows(rows, snaps)
         self._build_columns(gathered)
         for host, values, doc in later:
             self._replace(host, values, doc)
@@ -473,9 +575,24 @@ class HostTable:
         """Insert or replace one host's snapshot."""
         self._replace(snapshot.host, snapshot.values, snapshot)
 
-    def upsert_record(self, lean: LeanHost, data: bytes) -> None:
-        """Insert or replace one host as a lean row: its lean decode and its record's bytes."""
-        self._replace(lean.host, lean.values, data)
+    def upsert_row(self, lean: LeanRecord, data: bytes) -> None:
+        """Insert or replace one host as a lean row: its `decode_record` and its bytes."""
+        host = lean.host
+        row = self._rows.get(host)
+        fresh_row = row is None
+        if row is None:
+            row = self._allocate(host)
+        self._snaps[row] = data
+        _, entries_of, names = self._lean_codec()
+        columns = self._columns
+        write = self._write
+        for name, entry in zip(names, entries_of(lean.values), strict=True):
+            col = columns[name]
+            if entry is not ABSENT_ENTRY:
+                write(col, row, entry)
+            elif not fresh_row and col.state[row] != ABSENT:
+                write(col, row, None)
+        self._compact_pool()
 
     def _replace(self, host: str, new: Mapping[str, Entry], doc: Doc) -> None:
         row = self._rows.get(host)
@@ -492,8 +609,11 @@ class HostTable:
                 self._write(col, row, entry)
         if prev is not None:
             self._clear_others(row, prev, new)
+        self._compact_pool()
+
+    def _compact_pool(self) -> None:
         if len(self._strings) > _POOL_COMPACT_MIN and len(self._strings) > 8 * (
-            len(self._rows) * max(1, sum(c.kind == "string" for c in columns.values()))
+            len(self._rows) * max(1, sum(c.kind == "string" for c in self._columns.values()))
         ):
             self._build_columns()  # the string pool grew with churn; re-encode it
 
@@ -682,13 +802,16 @@ class HostTable:
                     if mcol is not None:
                         mcol[row] = m in new
 
-    def _build_columns(self, gathered: dict[str, _Gathered] | None = None) -> None:
+    def _build_columns(self, gathered: dict[str, _Gathered] | None = None,
+                       *, lean: bool = False) -> None:
         """(Re)build every host column from the stored snapshots, column-wise.
 
         The same state as `_write` of every stored entry, row by row: one pass
         over the entries gathers each column's (row, state, expires_at, value)
         (`load` passes them in, gathered as it went), then each column is
-        filled with a few numpy assignments.
+        filled with a few numpy assignments.  `lean`: only make the empty
+        columns (`load_records` fills them).  A table of lean rows only is
+        rebuilt from the kept bytes, a chunk of rows at a time (`_fill_lean`).
         """
         self._pool = {}
         self._strings = []
@@ -698,6 +821,12 @@ class HostTable:
             for name, spec in sorted(self._catalog.resources.items())
             if spec.scope == "host"
         }
+        if lean:
+            return
+        if gathered is None and self._rows and all(
+                isinstance(self._snaps[r], bytes) for r in self._rows.values()):
+            self._refill_lean()
+            return
         if gathered is None:
             gathered = {name: ([], []) for name in self._columns}
             get = gathered.get
@@ -708,7 +837,7 @@ class HostTable:
                 values: Mapping[str, Entry]
                 fields: Callable[[Any], _Quad]
                 if isinstance(snap, bytes):  # decoded before, so it decodes again
-                    values, fields = LEAN_HOST_DECODER.decode(snap).values, _LEAN_FIELDS
+                    values, fields = self._lean_items(snap), _LEAN_FIELDS
                 else:
                     values, fields = snap.values, _ENTRY_FIELDS
                 for name, entry in values.items():
@@ -741,7 +870,13 @@ class HostTable:
         codes = _STATE_CODES.get
         # 1 fresh, 2 stale, anything else NULL: entry_code's first two tests.
         state = np.fromiter([codes(st, NULL) for st in states], dtype=np.int8, count=n)
-        expires = _expiries(twins, texts)
+        return self._fill_arrays(col, idx, state, _expiries(twins, texts), raw)
+
+    def _fill_arrays(self, col: Column, idx: IntArray, state: npt.NDArray[np.int8],
+                     expires: FloatArray, raw: tuple[Any, ...] | list[Any],
+                     ) -> tuple[IntArray, list[str]] | None:
+        """`_fill` once the state codes (FRESH, STALE or NULL) and expiries are arrays."""
+        n = len(idx)
         kind = col.kind
         num: FloatArray | None = None
         trues: BoolArray | None = None
@@ -780,11 +915,72 @@ class HostTable:
             return idx[where], [raw[i] for i in where.tolist()]
         else:
             col_sets = col.sets
-            for row, value, ok in zip(rows, sets, fresh.tolist(), strict=True):
+            for row, value, ok in zip(idx.tolist(), sets, fresh.tolist(), strict=True):
                 col_sets[row] = value if ok else None
             col.values[idx] = np.fromiter([len(v) if v is not None else 0 for v in sets],
                                           dtype=np.float64, count=n) * fresh
         return None
+
+    def _lean_items(self, data: bytes) -> dict[str, LeanEntry]:
+        """A lean row's entries by name (its record decoded again: it decoded before)."""
+        decoder, entries_of, names = self._lean_codec()
+        values = decoder.decode(data).values
+        return {name: e for name, e in zip(names, entries_of(values), strict=True)
+                if e is not ABSENT_ENTRY}
+
+    def _refill_lean(self) -> None:
+        """Fill the new columns from every lean row's kept bytes, a chunk at a time."""
+        decode = self._lean_codec()[0].decode
+        rows = sorted(self._rows.values())
+        for start in range(0, len(rows), LOAD_CHUNK):
+            part = rows[start:start + LOAD_CHUNK]
+            self._fill_lean(np.asarray(part, dtype=np.int64),
+                            [decode(self._record_at(r)).values for r in part])
+        self._build_cluster()
+
+    def _record_at(self, row: int) -> bytes:
+        doc = self._snaps[row]
+        assert isinstance(doc, bytes), row
+        return doc
+
+    def _fill_lean(self, rows: IntArray, values: list[Any]) -> None:
+        """Write the decoded values of `rows` into every column, one column at a time.
+
+        Each column's entries are read with C-level passes (`map` of an
+        attribute getter), so the per-value work is numpy's; rows without a
+        value (`ABSENT`) are left as they are.
+        """
+        _, entries_of, names = self._lean_codec()
+        n = len(values)
+        per_row = list(map(entries_of, values))
+        strings: list[tuple[Column, IntArray, list[str]]] = []
+        for k, name in enumerate(names):
+            col = self._columns[name]
+            entries = [r[k] for r in per_row]
+            codes = np.fromiter(map(_LEAN_CODES.__getitem__, map(_STATE, entries)),
+                                dtype=np.int8, count=n)
+            present = codes != ABSENT
+            if not present.any():
+                continue
+            idx = rows
+            if not present.all():
+                where = np.flatnonzero(present)
+                entries = [entries[i] for i in where.tolist()]
+                codes = codes[present]
+                idx = rows[where]
+            twins = list(map(_TWIN, entries))
+            if None in twins:
+                missing = [i for i, t in enumerate(twins) if t is None]
+                expires = np.array([math.nan if t is None else t for t in twins],
+                                   dtype=np.float64)
+                expires[missing] = expires_many([entries[i].expires_at for i in missing])
+            else:
+                expires = np.array(twins, dtype=np.float64)
+            fresh_strings = self._fill_arrays(col, idx, codes, expires, list(map(_VALUE, entries)))
+            if fresh_strings is not None:
+                strings.append((col, *fresh_strings))
+        if strings:
+            self._fill_string_codes(strings)
 
     def _fill_string_codes(self, columns: list[tuple[Column, IntArray, list[str]]]) -> None:
         """Intern the fresh strings of `columns` row by row (as upserts would), then code them."""

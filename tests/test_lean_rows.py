@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
+from unittest import mock
 
 import msgspec
 import numpy as np
@@ -17,11 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from projections import host_table
 from projections.host_table import HostTable, expires_seconds
 from projections.select import compile_select, explain
 from schemas.codec import DECODERS, encode
 from schemas.snapshot import HostSnapshot
-from schemas.snapshot_lean import LEAN_HOST_DECODER, LeanHost
 from schemas.timestamps import format_time
 from tests.test_host_table import _SNAPSHOTS, _assert_same_table
 from tests.test_select_support import CATALOG, NOW, host_snapshot
@@ -38,8 +39,12 @@ def _full(record: bytes) -> HostSnapshot:
     return decoded
 
 
-def _lean(record: bytes) -> tuple[LeanHost, bytes]:
-    return LEAN_HOST_DECODER.decode(record), record
+def _load(table: HostTable, records: list[bytes]) -> None:
+    table.load_records(records)
+
+
+def _upsert(table: HostTable, record: bytes) -> None:
+    table.upsert_row(table.decode_record(record), record)
 
 
 def _with_twins(record: bytes) -> bytes:
@@ -69,25 +74,28 @@ _TWIN_SAFE_SNAPSHOTS = _SNAPSHOTS.filter(
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(_SNAPSHOTS, max_size=40), st.booleans())
-def test_lean_rows_equal_the_full_decode(snaps: list[HostSnapshot], bulk: bool) -> None:
+@given(st.lists(_SNAPSHOTS, max_size=40), st.booleans(), st.integers(1, 7))
+def test_lean_rows_equal_the_full_decode(snaps: list[HostSnapshot], bulk: bool,
+                                         chunk: int) -> None:
     """Random records (every state, wrong kinds, odd timestamps, repeated hosts): a table of
-    lean rows — loaded in bulk or upserted one by one — has the columns, get(), select and
-    explain of the table of the same records fully decoded."""
+    lean rows — loaded in bulk (in chunks of any size) or upserted one by one — has the
+    columns, get(), select and explain of the table of the same records fully decoded."""
     records = [encode(s) for s in snaps]
     full = HostTable(CATALOG)
     lean = HostTable(CATALOG)
     if bulk:
         full.load(_full(r) for r in records)
-        lean.load_records(_lean(r) for r in records)
+        with mock.patch.object(host_table, "LOAD_CHUNK", chunk):
+            _load(lean, records)
     else:
         for r in records:
             full.upsert(_full(r))
-            lean.upsert_record(*_lean(r))
+            _upsert(lean, r)
     hosts = sorted({s.host for s in snaps})
     _assert_same_table(lean, full, strict_pool=False, same_docs=False)
     _assert_same_answers(lean, full, [*hosts, "absent-host"])
-    lean.set_catalog(CATALOG)  # rebuilt from the kept bytes
+    with mock.patch.object(host_table, "LOAD_CHUNK", chunk):
+        lean.set_catalog(CATALOG)  # rebuilt from the kept bytes
     _assert_same_table(lean, full, strict_pool=False, same_docs=False)
 
 
@@ -102,10 +110,10 @@ def test_twins_give_the_columns_of_the_strings(snaps: list[HostSnapshot], bulk: 
     for r in records:
         full.upsert(_full(r))
     if bulk:
-        lean.load_records(_lean(_with_twins(r)) for r in records)
+        _load(lean, [_with_twins(r) for r in records])
     else:
         for r in records:
-            lean.upsert_record(*_lean(_with_twins(r)))
+            _upsert(lean, _with_twins(r))
     _assert_same_table(lean, full, strict_pool=False, same_docs=False)
     _assert_same_answers(lean, full, sorted({s.host for s in snaps}))
 
@@ -116,13 +124,13 @@ def test_a_mix_of_records_with_and_without_twins() -> None:
     old = encode(host_snapshot("old", {"free": 5.0}, now=NOW - 14))  # expires at NOW + 30
     new = _with_twins(encode(host_snapshot("new", {"free": 7.0}, now=NOW + 16)))  # NOW + 60
     table = HostTable(CATALOG)
-    table.load_records([_lean(old), _lean(new)])
+    _load(table, [old, new])
     col = table.column("free")
     assert col is not None
     assert col.expires[table.row_of("old")] == expires_seconds(format_time(NOW + 30))
     assert col.expires[table.row_of("new")] == expires_seconds(format_time(NOW + 60))
     assert compile_select("free > 1", CATALOG).select(table, NOW + 45) == ["new"]
-    table.upsert_record(*_lean(_with_twins(old)))
+    _upsert(table, _with_twins(old))
     assert compile_select("free > 1", CATALOG).select(table, NOW + 45) == ["new"]
 
 
@@ -133,9 +141,9 @@ def test_the_twin_is_what_the_column_reads() -> None:
     doc["values"]["free"]["expires_ts"] = NOW + 1000.25
     record = msgspec.json.encode(doc)
     bulk = HostTable(CATALOG)
-    bulk.load_records([_lean(record)])
+    _load(bulk, [record])
     live = HostTable(CATALOG)
-    live.upsert_record(*_lean(record))
+    _upsert(live, record)
     for table in (bulk, live):
         col = table.column("free")
         assert col is not None
@@ -146,7 +154,7 @@ def test_lean_rows_keep_bytes_not_snapshots() -> None:
     """A lean row keeps the record's bytes (the same object); get() decodes a new snapshot."""
     record = encode(host_snapshot("h", {"free": 5.0, "tags": ["a"]}))
     table = HostTable(CATALOG)
-    table.upsert_record(*_lean(record))
+    _upsert(table, record)
     assert table.record("h") is record
     assert table.get("h") == _full(record)
     assert table.get("h") is not table.get("h")
@@ -156,8 +164,8 @@ def test_lean_upsert_clears_values_the_new_record_lacks() -> None:
     """A lean row replaced by a record without a value clears that cell (the names of the old
     record are not kept: the columns are asked)."""
     table = HostTable(CATALOG)
-    table.upsert_record(*_lean(encode(host_snapshot("h", {"free": 5.0, "os": "rhel9"}))))
-    table.upsert_record(*_lean(encode(host_snapshot("h", {"free": 6.0}))))
+    _upsert(table, encode(host_snapshot("h", {"free": 5.0, "os": "rhel9"})))
+    _upsert(table, encode(host_snapshot("h", {"free": 6.0})))
     assert compile_select('os == "rhel9"', CATALOG).select(table, NOW) == []
     assert compile_select("free > 5.5", CATALOG).select(table, NOW) == ["h"]
     table.remove("h")
@@ -175,7 +183,7 @@ def test_a_record_whose_full_decode_fails_is_reported_not_raised() -> None:
     record = msgspec.json.encode(doc)
     seen: list[tuple[str, str]] = []
     table = HostTable(CATALOG, on_unreadable=lambda host, exc: seen.append((host, str(exc))))
-    table.upsert_record(*_lean(record))
+    _upsert(table, record)
     assert table.get("h") is None
     assert seen == [("h", "Expected `object`, got `int` - at `$.reporters`")]
     assert compile_select("free > 1", CATALOG).select(table, NOW) == ["h"]
@@ -190,6 +198,21 @@ def test_lean_decode_rejects_what_the_full_decode_rejects_in_values() -> None:
         record = msgspec.json.encode({"host": "h", "as_of": {"seq": 1, "time": "t"},
                                       "values": {"free": bad}})
         with pytest.raises(msgspec.ValidationError):
-            LEAN_HOST_DECODER.decode(record)
+            HostTable(CATALOG).decode_record(record)
         with pytest.raises(msgspec.ValidationError):
             _full(record)
+
+
+def test_a_bulk_load_skips_and_reports_what_does_not_decode() -> None:
+    """Undecodable records in a bulk load go to on_error with their index; the rest load,
+    and the capacity is what loading the good ones alone gives."""
+    good = [encode(host_snapshot(f"h{i}", {"free": float(i)})) for i in range(70)]
+    records = [good[0], b"{nope", *good[1:], b'{"host": 1}']
+    errors: list[int] = []
+    table = HostTable(CATALOG)
+    table.load_records(records, on_error=lambda i, _exc: errors.append(i))
+    assert errors == [1, 71]
+    alone = HostTable(CATALOG)
+    alone.load_records(good)
+    _assert_same_table(table, alone, strict_pool=True, same_docs=False)
+    assert compile_select("free >= 69", CATALOG).select(table, NOW) == ["h69"]
