@@ -216,3 +216,24 @@ def test_a_bulk_load_skips_and_reports_what_does_not_decode() -> None:
     alone.load_records(good)
     _assert_same_table(table, alone, strict_pool=True, same_docs=False)
     assert compile_select("free >= 69", CATALOG).select(table, NOW) == ["h69"]
+
+
+def test_packing_keeps_the_answers_and_skips_rows_that_changed() -> None:
+    """Packed (compressed) records give the same get() and record(); a row updated between
+    `unpacked` and `packed` keeps its new record, and is listed again."""
+    records = [encode(host_snapshot(f"h{i}", {"free": float(i)})) for i in range(5)]
+    table = HostTable(CATALOG)
+    table.load_records(records)
+    batch = table.unpacked(10)
+    assert [row for row, _ in batch] == [0, 1, 2, 3, 4]
+    newer = encode(host_snapshot("h2", {"free": 42.0}))
+    _upsert(table, newer)
+    assert table.packed(batch, [host_table.pack(raw) for _, raw in batch]) == 4
+    assert table.unpacked_count == 1
+    for i in (0, 1, 3, 4):
+        assert table.record(f"h{i}") == records[i]
+        assert table.get(f"h{i}") == _full(records[i])
+    assert table.record("h2") is newer
+    assert table.unpacked(10) == [(2, newer)]
+    table.set_catalog(CATALOG)  # rebuilt from packed and unpacked bytes alike
+    assert compile_select("free > 40", CATALOG).select(table, NOW) == ["h2"]

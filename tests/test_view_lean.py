@@ -97,6 +97,13 @@ async def test_old_and_new_records_load_and_live(nc: Client) -> None:
             for host in hosts[::7]:
                 assert view.explain(text, host) == explain(compiled, full, host, NOW)
         assert view.rejected == 0
+        await view.wait_packed(30)
+        assert view.table.unpacked_count == 0
+        assert view.packed >= len(hosts)
+        last = dict(loaded + live)
+        for host in hosts:  # compressed now, the same answers
+            assert view.table.get(host) == full.get(host)
+            assert view.table.record(host) == last[host_snapshot_subject(host)]
     finally:
         await view.stop()
 

@@ -449,7 +449,11 @@ async def _child_cold_start(url: str, mode: str) -> dict[str, Any]:
             await view.wait_ready(300)
             took = time.perf_counter() - start
             hosts = len(view.table)
-            out = {"seconds": took, "hosts": hosts, "rss_delta": rss_bytes() - base}
+            at_ready = rss_bytes() - base
+            await view.wait_packed(300)
+            out = {"seconds": took, "hosts": hosts, "rss_delta": rss_bytes() - base,
+                   "rss_delta_at_ready": at_ready,
+                   "packed_after_s": time.perf_counter() - start}
             await view.stop()
             return out
         count = 0
