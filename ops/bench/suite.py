@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import nats.js.errors
 from nats.aio.client import Client
 from nats.js.api import StreamConfig
@@ -175,6 +176,19 @@ class ProjectorProcess:
             self.proc.wait()
 
 
+class _ProbeEntry(msgspec.Struct, gc=False):
+    state: str
+    observed_at: str
+    expires_at: str
+
+
+class _Probe(msgspec.Struct, gc=False):
+    values: dict[str, _ProbeEntry] = msgspec.field(default_factory=dict)
+
+
+_probe = msgspec.json.Decoder(_Probe)
+
+
 # -- 1. latency and stale lateness (simulator in a child process, view here) ---------
 
 
@@ -204,8 +218,11 @@ async def latency_phase(nc: Client, url: str, plan: Plan, duration: float, *,
         i = index.get(subject)
         if i is None:
             return
-        snap = view.table.get(fleet.names[i])
-        if snap is None or not snap.values:
+        record = view.table.record(fleet.names[i])
+        if record is None:
+            return
+        snap = _probe.decode(record)  # the harness reads only what it times, as leanly
+        if not snap.values:
             return
         now = time.time()
         entry = next(iter(snap.values.values()))
