@@ -275,15 +275,7 @@ class SchedulerView:
 
     async def wait_ready(self, timeout: float = 30.0) -> None:
         """Wait until the initial load is complete (CrrTimeoutError otherwise)."""
-        if not self._started:
-            raise CrrError("scheduler view not started (call start() first)")
-        try:
-            await asyncio.wait_for(self._loaded.wait(), timeout)
-        except TimeoutError:
-            raise CrrTimeoutError(
-                f"scheduler view: initial load of {SNAPSHOT_STREAM} not complete after "
-                f"{timeout:g}s ({self.applied} record(s) so far)"
-            ) from None
+        await self._follower.wait_ready(timeout)  # the follower is ready once the view is
 
     async def stop(self) -> None:
         """Unsubscribe; pending `wait_until` calls fail with NotReadyError."""
@@ -309,6 +301,12 @@ class SchedulerView:
     def position(self) -> int:
         """Last CRR_SNAPSHOT stream sequence applied."""
         return self._position
+
+    @property
+    def last_stored_at(self) -> float:
+        """Server time (epoch seconds) the last record handled was stored at (0: none yet)."""
+        last = self._follower.last
+        return last.time if last is not None else 0.0
 
     @property
     def projector_position(self) -> int:

@@ -501,15 +501,8 @@ class HostTable:
         no more than a chunk exist at once (a load must not leave the process
         with the memory of a million short-lived objects).
         """
-        decode = self._lean_codec()[0].decode
         if self._rows:
-            for i, data in enumerate(records):
-                try:
-                    lean = decode(data)
-                except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-                    if on_error is not None:
-                        on_error(i, exc)
-                    continue
+            for lean, data in self._decoded(records, on_error):
                 self.upsert_row(lean, data)
             return
         self._capacity = _capacity_for(len(records), self._capacity)
@@ -518,13 +511,7 @@ class HostTable:
         docs: list[Doc | None] = []
         later: list[tuple[LeanRecord, bytes]] = []
         chunk: list[Any] = []
-        for i, data in enumerate(records):
-            try:
-                lean = decode(data)
-            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-                if on_error is not None:
-                    on_error(i, exc)
-                continue
+        for lean, data in self._decoded(records, on_error):
             host = lean.host
             if host in rows:
                 later.append((lean, data))
@@ -547,6 +534,20 @@ class HostTable:
         self._build_cluster()
         for lean, data in later:
             self.upsert_row(lean, data)
+
+    def _decoded(self, records: Sequence[bytes],
+                 on_error: Callable[[int, Exception], None] | None,
+                 ) -> Iterator[tuple[LeanRecord, bytes]]:
+        """`decode_record` of each record, one by one; failures go to `on_error(index, error)`."""
+        decode = self._lean_codec()[0].decode
+        for i, data in enumerate(records):
+            try:
+                lean = decode(data)
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                if on_error is not None:
+                    on_error(i, exc)
+                continue
+            yield lean, data
 
     def _take_rows(self, rows: dict[str, int], docs: list[Doc | None]) -> None:
         """Rows 0..n-1 of an empty table: `rows` names them, `docs` is what each keeps."""

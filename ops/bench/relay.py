@@ -95,12 +95,17 @@ class RelayProcess:
 
     def stop(self) -> None:
         """SIGTERM, then wait (kill after 10 s)."""
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        terminate(self.proc)
+
+
+def terminate(proc: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
+    """SIGTERM a child process, then wait (kill after 10 s)."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 class RelayReader:
@@ -109,6 +114,8 @@ class RelayReader:
     def __init__(self, nc: Client) -> None:
         self.count = 0
         self.latencies: list[float] = []
+        self.hops: list[float] = []
+        """Stored in RELAY_OUT (server time) → received here."""
         self.timing = True
         self._target = 0
         self._reached = asyncio.Event()
@@ -122,6 +129,7 @@ class RelayReader:
         if not self.timing:
             return
         now = time.time()
+        self.hops.append(now - m.time)
         try:
             observed = _head.decode(m.data).observed_at
         except (msgspec.DecodeError, msgspec.ValidationError):
