@@ -278,10 +278,15 @@ def entry_code(kind: Kind, entry: Entry | None) -> tuple[int, float, Any]:
     """(state code, expires_at seconds, normalized value) of one snapshot entry."""
     if entry is None:
         return ABSENT, math.inf, None
-    expires = entry_expiry(entry)
-    if entry.state == "stale":
+    return _coded(kind, entry, entry_expiry(entry))
+
+
+def _coded(kind: Kind, entry: Entry, expires: float) -> tuple[int, float, Any]:
+    """`entry_code` once the expiry is known."""
+    state = entry.state
+    if state == "stale":
         return STALE, expires, None
-    value = normalize(kind, entry.value) if entry.state == "fresh" else None
+    value = normalize(kind, entry.value) if state == "fresh" else None
     if value is None:
         return NULL, expires, None
     return FRESH, expires, value
@@ -606,13 +611,20 @@ class HostTable:
         self._unpacked[row] = None
         _, entries_of, names = self._lean_codec()
         columns = self._columns
-        write = self._write
+        put = self._put
+        parsed: dict[str, float] = {}  # a report's values mostly share one expires_at
         for name, entry in zip(names, entries_of(lean.values), strict=True):
             col = columns[name]
             if entry is not ABSENT_ENTRY:
-                write(col, row, entry)
+                expires = entry.expires_ts
+                if expires is None:
+                    text = entry.expires_at
+                    expires = parsed.get(text)
+                    if expires is None:
+                        expires = parsed[text] = expires_seconds(text)
+                put(col, row, *_coded(col.kind, entry, expires))
             elif not fresh_row and col.state[row] != ABSENT:
-                write(col, row, None)
+                put(col, row, ABSENT, math.inf, None)
         self._compact_pool()
 
     def _replace(self, host: str, new: Mapping[str, Entry], doc: Doc) -> None:
@@ -834,7 +846,10 @@ class HostTable:
                     self._write(old, row, None)
 
     def _write(self, col: Column, row: int, entry: Entry | None) -> None:
-        code, expires, value = entry_code(col.kind, entry)
+        self._put(col, row, *entry_code(col.kind, entry))
+
+    def _put(self, col: Column, row: int, code: int, expires: float, value: Any) -> None:
+        """Write one cell: state `code`, expiry and normalized value (see `entry_code`)."""
         col.state[row] = code
         col.expires[row] = expires
         col.fresh[row] = code == FRESH
