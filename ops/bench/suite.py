@@ -588,9 +588,10 @@ def table(res: dict[str, Any]) -> str:
                      f"{m['pipeline_publish_rate'] / m['raw_publish_async_rate']:.0%}", ""))
     if "cold_view" in res:
         v, r = res["cold_view"], res["cold_raw"]
-        raw_s = min(r["seconds"], res.get("cold_raw_again", r)["seconds"])
-        rows.append((f"view cold start, {v['hosts']:,} hosts", f"{v['seconds'] * 1e3:,.0f} ms",
-                     f"{raw_s * 1e3:,.0f} ms raw ordered read (best of 2)",
+        raw_s = r["seconds"]
+        rows.append((f"view cold start, {v['hosts']:,} hosts (best of 3)",
+                     f"{v['seconds'] * 1e3:,.0f} ms",
+                     f"{raw_s * 1e3:,.0f} ms raw ordered read (best of 3)",
                      f"{v['seconds'] / raw_s:.1f}x", "≤ 2x the raw read"))
         rows.append(("view RSS per host after load (over an idle connected client)",
                      f"{v['rss_delta'] / max(v['hosts'], 1) / 1e3:.2f} kB",
@@ -700,10 +701,16 @@ async def bench(args: argparse.Namespace) -> int:
                 if "max" not in skip:
                     res["max"] = await max_phase(nc, catalog, plan)
                     res["projector_rss_after_max"] = projector.rss
-                log("cold start (child processes)")
-                res["cold_raw"] = await asyncio.to_thread(cold_start, server.url, "raw")
-                res["cold_view"] = await asyncio.to_thread(cold_start, server.url, "view")
-                res["cold_raw_again"] = await asyncio.to_thread(cold_start, server.url, "raw")
+                log("cold start (child processes; best of 3, alternating)")
+                raws, views = [], []
+                for _ in range(3):
+                    raws.append(await asyncio.to_thread(cold_start, server.url, "raw"))
+                    views.append(await asyncio.to_thread(cold_start, server.url, "view"))
+                res["cold_raw"] = min(raws, key=lambda r: r["seconds"])
+                res["cold_view"] = min(views, key=lambda r: r["seconds"])
+                res["cold_runs"] = {"raw_s": [r["seconds"] for r in raws],
+                                    "view_s": [v["seconds"] for v in views],
+                                    "view_rss_delta": [v["rss_delta"] for v in views]}
                 if "relay" not in skip:
                     pad = await relay_pad(nc)
                     projector.stop()  # the relay takes its place (same process layout)
