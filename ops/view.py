@@ -534,9 +534,13 @@ class SchedulerView:
 
 
 @contextlib.asynccontextmanager
-async def loaded_view(nc: Client, timeout: float = 30.0) -> AsyncIterator[SchedulerView]:
-    """`async with loaded_view(nc) as view:` — a started, ready view, stopped on exit."""
-    view = SchedulerView(nc)
+async def loaded_view(nc: Client, timeout: float = 30.0, *,
+                      pack_records: bool = False) -> AsyncIterator[SchedulerView]:
+    """`async with loaded_view(nc) as view:` — a started, ready view, stopped on exit.
+
+    For one-shot commands: the records are not compressed unless asked (the
+    process does not live long enough for that to pay off)."""
+    view = SchedulerView(nc, pack_records=pack_records)
     await view.start()
     try:
         await view.wait_ready(timeout)
