@@ -237,3 +237,44 @@ def test_packing_keeps_the_answers_and_skips_rows_that_changed() -> None:
     assert table.unpacked(10) == [(2, newer)]
     table.set_catalog(CATALOG)  # rebuilt from packed and unpacked bytes alike
     assert compile_select("free > 40", CATALOG).select(table, NOW) == ["h2"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_SNAPSHOTS, max_size=30), st.lists(_SNAPSHOTS, max_size=30),
+       st.lists(st.integers(1, 6), min_size=1, max_size=10), st.booleans())
+def test_batched_upserts_equal_one_by_one(first: list[HostSnapshot], then: list[HostSnapshot],
+                                          sizes: list[int], members: bool) -> None:
+    """`upsert_rows` of live updates in batches of any size (repeated hosts, values that
+    come and go, member columns built or not) gives the table `upsert_row` one by one gives,
+    and the answers of the full decode."""
+    base = [encode(s) for s in first]
+    updates = [encode(s) for s in then]
+    one = HostTable(CATALOG)
+    batched = HostTable(CATALOG)
+    full = HostTable(CATALOG)
+    for table in (one, batched):
+        _load(table, base)
+        if members:
+            for tags in ("tags", "ds"):
+                col = table.column(tags)
+                assert col is not None
+                col.member("a")
+                col.member("b")
+    for r in base + updates:
+        full.upsert(_full(r))
+    for r in updates:
+        _upsert(one, r)
+    i = k = 0
+    while i < len(updates):
+        part = updates[i:i + sizes[k % len(sizes)]]
+        batched.upsert_rows([(batched.decode_record(r), r) for r in part])
+        i += len(part)
+        k += 1
+    _assert_same_table(batched, one, strict_pool=False, same_docs=False)
+    for tags in ("tags", "ds"):
+        a, b = one.column(tags), batched.column(tags)
+        assert a is not None
+        assert b is not None
+        for member, bits in a.members.items():
+            assert np.array_equal(b.members[member], bits), (tags, member)
+    _assert_same_answers(batched, full, sorted({s.host for s in first + then}))
