@@ -89,7 +89,6 @@ from schemas.catalog import Catalog
 from schemas.codec import DECODERS
 from schemas.errors import CrrError, CrrTimeoutError, NotReadyError, SubjectError
 from schemas.snapshot import ClusterSnapshot, ProjectorStatus
-from schemas.snapshot_lean import LeanRecord
 
 log = logging.getLogger("crr.view")
 
@@ -207,9 +206,6 @@ class SchedulerView:
             load=self._load_record, loaded=self._finish, live=self._live_record,
             idle_heartbeat=idle_heartbeat, name="scheduler view")
         self._started = False
-        self._batch: list[tuple[LeanRecord, StoredMessage]] = []
-        """Live host records decoded and not yet applied (see `_flush`)."""
-        self._flush_handle: asyncio.Handle | None = None
         self._position = 0
         self._projector_position = 0
         self._loaded = asyncio.Event()
@@ -284,7 +280,6 @@ class SchedulerView:
     async def stop(self) -> None:
         """Unsubscribe; pending `wait_until` calls fail with NotReadyError."""
         await self._follower.stop()
-        self._flush()
         if self._packer is not None:
             self._packer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -423,56 +418,24 @@ class SchedulerView:
 
     def _live_record(self, m: StoredMessage) -> None:
         subject = m.subject
-        if m.data and subject.startswith(SNAPSHOT_HOST_PREFIX):
-            try:
-                lean = self.table.decode_record(m.data)
-            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-                self._flush()
-                self._reject(m, exc)
-            else:
-                # Batched: applied column-wise once the records already received are in.
-                if not self._batch:
-                    self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
-                self._batch.append((lean, m))
-                return
-        else:
-            self._flush()  # everything before this record first, in stream order
-            try:
-                if subject.startswith(SNAPSHOT_HOST_PREFIX):  # a purge or delete marker
+        try:
+            if subject.startswith(SNAPSHOT_HOST_PREFIX):
+                if m.data:
+                    table = self.table
+                    table.upsert_row(table.decode_record(m.data), m.data)
+                else:  # a purge or delete marker: the host is gone
                     self.table.remove(untoken(subject[len(SNAPSHOT_HOST_PREFIX):]))
-                else:
-                    self._apply_other(m, None)
-            except (msgspec.ValidationError, msgspec.DecodeError, SubjectError) as exc:
-                self._reject(m, exc)
-        self._applied(m.seq, 1)
-        self._notify(subject)
-
-    def _flush(self) -> None:
-        """Apply the batched host records (`HostTable.upsert_rows`), then tell about them.
-
-        Runs once the consumer has handed over every record it had received
-        (a `call_soon` after the first), or before any other record: the table,
-        `position`, waiters and listeners then see the records in stream order.
-        """
-        batch = self._batch
-        if not batch:
-            return
-        self._batch = []
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
-        self.table.upsert_rows([(lean, m.data) for lean, m in batch])
-        self._applied(batch[-1][1].seq, len(batch))
-        for _, m in batch:
-            self._notify(m.subject)
-
-    def _applied(self, seq: int, count: int) -> None:
-        self._position = seq
-        self.applied += count
+            else:
+                self._apply_other(m, None)
+        except (msgspec.ValidationError, msgspec.DecodeError, SubjectError) as exc:
+            self._reject(m, exc)
+        self._position = m.seq
+        self.applied += 1
         if self._packer is not None:
             self._pack_wanted.set()
         if self._waiters:
             self._release_waiters()
+        self._notify(subject)
 
     def _notify(self, subject: str) -> None:
         if self._listeners:
@@ -532,7 +495,6 @@ class SchedulerView:
 
     def _finish(self, load: _Load) -> None:
         """Build the loaded table column-wise and swap it in, all in one synchronous step."""
-        self._flush()  # live records of the table being replaced (a reload)
         table = HostTable(load.catalog, on_unreadable=self._unreadable)
         with _gc_paused():
             self._load_hosts(load, table)

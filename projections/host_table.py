@@ -540,34 +540,6 @@ class HostTable:
         for lean, data in later:
             self.upsert_row(lean, data)
 
-    def upsert_rows(self, records: list[tuple[LeanRecord, bytes]]) -> None:
-        """`upsert_row` of each record in turn, done column-wise: one numpy pass per column.
-
-        A batch of live updates costs a few array operations per column
-        instead of several per value.  A host repeated in the batch takes its
-        last record (which replaces every cell an earlier one wrote).
-        """
-        if len(records) == 1:
-            self.upsert_row(*records[0])
-            return
-        last: dict[str, tuple[LeanRecord, bytes]] = {}
-        for lean, data in records:
-            last[lean.host] = (lean, data)  # new hosts get rows in order of first appearance
-        rows: list[int] = []
-        values: list[Any] = []
-        snaps = self._snaps
-        unpacked = self._unpacked
-        for host, (lean, data) in last.items():
-            row = self._rows.get(host)
-            if row is None:
-                row = self._allocate(host)
-            snaps[row] = data
-            unpacked[row] = None
-            rows.append(row)
-            values.append(lean.values)
-        self._fill_lean(np.asarray(rows, dtype=np.int64), values, clear=True)
-        self._compact_pool()
-
     def _decoded(self, records: Sequence[bytes],
                  on_error: Callable[[int, Exception], None] | None,
                  ) -> Iterator[tuple[LeanRecord, bytes]]:
@@ -1013,19 +985,14 @@ class HostTable:
             col.t_arr[idx] = fresh & trues
             col.f_arr[idx] = fresh & falses
         elif kind == "string":
-            col.values[idx] = -1  # the fresh ones get their codes from _fill_string_codes
             where = np.flatnonzero(fresh)
             return idx[where], [raw[i] for i in where.tolist()]
         else:
             col_sets = col.sets
-            kept = [value if ok else None for value, ok in zip(sets, fresh.tolist(), strict=True)]
-            for row, value in zip(idx.tolist(), kept, strict=True):
-                col_sets[row] = value
+            for row, value, ok in zip(idx.tolist(), sets, fresh.tolist(), strict=True):
+                col_sets[row] = value if ok else None
             col.values[idx] = np.fromiter([len(v) if v is not None else 0 for v in sets],
                                           dtype=np.float64, count=n) * fresh
-            for member, mcol in col.members.items():
-                mcol[idx] = np.fromiter((v is not None and member in v for v in kept),
-                                        dtype=np.bool_, count=n)
         return None
 
     def _lean_items(self, data: bytes) -> dict[str, LeanEntry]:
@@ -1050,13 +1017,12 @@ class HostTable:
         assert isinstance(doc, bytes), row
         return unpack(doc)
 
-    def _fill_lean(self, rows: IntArray, values: list[Any], *, clear: bool = False) -> None:
+    def _fill_lean(self, rows: IntArray, values: list[Any]) -> None:
         """Write the decoded values of `rows` into every column, one column at a time.
 
         Each column's entries are read with C-level passes (`map` of an
         attribute getter), so the per-value work is numpy's; rows without a
-        value (`ABSENT`) are left as they are, or with `clear` (rows that may
-        hold values: `upsert_rows`) made absent.  `rows` must be distinct.
+        value (`ABSENT`) are left as they are.
         """
         _, entries_of, names = self._lean_codec()
         n = len(values)
@@ -1068,8 +1034,6 @@ class HostTable:
             codes = np.fromiter(map(_LEAN_CODES.__getitem__, map(_STATE, entries)),
                                 dtype=np.int8, count=n)
             present = codes != ABSENT
-            if clear and not present.all():
-                self._clear_cells(col, rows[~present])
             if not present.any():
                 continue
             idx = rows
@@ -1091,26 +1055,6 @@ class HostTable:
                 strings.append((col, *fresh_strings))
         if strings:
             self._fill_string_codes(strings)
-
-    def _clear_cells(self, col: Column, idx: IntArray) -> None:
-        """Make the cells at `idx` absent (what `_put` of ABSENT writes), members included."""
-        col.state[idx] = ABSENT
-        col.expires[idx] = math.inf
-        col.fresh[idx] = False
-        col.stale_flag[idx] = False
-        if col.kind == "string":
-            col.values[idx] = -1
-        else:
-            col.values[idx] = 0
-        if col.kind == "boolean":
-            col.t_arr[idx] = False
-            col.f_arr[idx] = False
-        if col.kind == "string_set":
-            sets = col.sets
-            for row in idx.tolist():
-                sets[row] = None
-            for mcol in col.members.values():
-                mcol[idx] = False
 
     def _fill_string_codes(self, columns: list[tuple[Column, IntArray, list[str]]]) -> None:
         """Intern the fresh strings of `columns` row by row (as upserts would), then code them."""
