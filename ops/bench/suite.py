@@ -101,6 +101,8 @@ class Plan:
     select_hosts: int
     relay_loads: tuple[int, ...] = ()
     """The raw relay's ramp (up to where it stops keeping up)."""
+    pack: bool = True
+    """The view keeps its records compressed (`SchedulerView(pack_records=...)`)."""
 
 
 FULL = Plan(hosts=50_000, latency_interval=10.0, latency_duration=40.0,
@@ -207,7 +209,7 @@ async def latency_phase(nc: Client, url: str, plan: Plan, duration: float, *,
     """Stored in CRR_SNAPSHOT (server time) → applied in the view: the reader's own part."""
     lateness: list[float] = []
     silent_open = {i for i in range(len(fleet)) if fleet.role[i] == SILENT}
-    view = SchedulerView(nc)
+    view = SchedulerView(nc, pack_records=plan.pack)
     await view.start()
     await view.wait_ready(120)
 
@@ -461,8 +463,8 @@ async def _child_cold_start(url: str, mode: str) -> dict[str, Any]:
         await nc.flush()
         base = rss_bytes()  # an idle connected client
         start = time.perf_counter()
-        if mode == "view":
-            view = SchedulerView(nc)
+        if mode in {"view", "view-nopack"}:
+            view = SchedulerView(nc, pack_records=mode == "view")
             await view.start()
             await view.wait_ready(300)
             took = time.perf_counter() - start
@@ -667,6 +669,8 @@ async def bench(args: argparse.Namespace) -> int:
     """Run the suite (or the soak) and print the table."""
     plan = QUICK if args.quick else FULL
     skip = set(args.skip or ())
+    if args.no_pack:
+        plan = Plan(**{**plan.__dict__, "pack": False})
     if args.hosts:
         plan = Plan(**{**plan.__dict__, "hosts": args.hosts})
     out_dir = Path(args.out)
@@ -705,7 +709,8 @@ async def bench(args: argparse.Namespace) -> int:
                 raws, views = [], []
                 for _ in range(3):
                     raws.append(await asyncio.to_thread(cold_start, server.url, "raw"))
-                    views.append(await asyncio.to_thread(cold_start, server.url, "view"))
+                    views.append(await asyncio.to_thread(
+                        cold_start, server.url, "view" if plan.pack else "view-nopack"))
                 res["cold_raw"] = min(raws, key=lambda r: r["seconds"])
                 res["cold_view"] = min(views, key=lambda r: r["seconds"])
                 res["cold_runs"] = {"raw_s": [r["seconds"] for r in raws],
@@ -764,6 +769,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=".", help="directory for bench-results.json and the plot")
     p.add_argument("--skip", action="append", choices=["ramp", "max", "relay", "select"],
                    help="leave out a phase (repeatable); the others still run")
+    p.add_argument("--no-pack", action="store_true",
+                   help="the view keeps its records uncompressed (less CPU, more memory)")
     p.add_argument("--soak", default=None, metavar="DURATION",
                    help="soak mode: the fixed load for DURATION (e.g. 30m), RSS sampled")
 
@@ -773,7 +780,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ops.bench.suite", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
-    parser.add_argument("--child", choices=["view", "raw"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["view", "view-nopack", "raw"], help=argparse.SUPPRESS)
     parser.add_argument("--server", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
