@@ -36,10 +36,10 @@ object graph the garbage collector scans.  A record that does not decode
 is logged and counted (`rejected`), and the rest is served; one whose lean
 decode works but whose full decode fails is logged and counted
 (`unreadable`) when `get` meets it, and `get` returns None for it.
-With `pack_records` (the default) a worker thread compresses the kept
-records (zlib, fastest level: a 4.7 kB host record keeps ~0.5 kB) soon
-after they arrive — `get` decompresses — trading some CPU off the event
-loop for memory.
+With `pack_records` (the default) the view compresses the kept records
+soon after they arrive (zlib, fastest level: a 4.7 kB host record keeps
+~0.5 kB), a few at a time between the loop's other work — `get`
+decompresses — trading some CPU for memory.
 
 Cold start: during the initial load the records are only kept (the last
 per subject, raw); when the consumer is caught up they are lean-decoded and
@@ -95,8 +95,8 @@ log = logging.getLogger("crr.view")
 SNAPSHOT_FILTER: Final = "crr.v1.snapshot.>"
 COMPILE_CACHE_SIZE: Final = 4096
 """Compiled expressions kept per catalog (oldest dropped first)."""
-PACK_BATCH: Final = 1024
-"""Records compressed per trip to the worker thread."""
+PACK_BATCH: Final = 32
+"""Records compressed per step of the packer (about a millisecond)."""
 TRIM_AFTER: Final = 4096
 """Records compressed in one go after which the heap is trimmed (their buffers are free)."""
 
@@ -254,8 +254,13 @@ class SchedulerView:
                                   f"still not compressed after {timeout:g}s") from None
 
     async def _pack(self) -> None:
-        """Compress the records the table keeps, in a worker thread (zlib releases the GIL),
-        in batches, whenever rows were loaded or updated; trim the heap after a big batch."""
+        """Compress the records the table keeps whenever rows were loaded or updated, a few
+        at a time between the event loop's other work; trim the heap after a big load.
+
+        On the loop, not in a worker thread: a thread that compresses contends
+        for the GIL with the loop (the loop then waits out switch intervals
+        and the view falls behind its stream); small batches keep each step
+        around a millisecond."""
         while True:
             await self._pack_wanted.wait()
             self._pack_wanted.clear()
@@ -265,9 +270,8 @@ class SchedulerView:
                 batch = table.unpacked(PACK_BATCH)
                 if not batch:
                     break
-                small = await asyncio.to_thread(_pack_all, [raw for _, raw in batch])
-                if table is self.table:
-                    done += table.packed(batch, small)
+                done += table.packed(batch, _pack_all([raw for _, raw in batch]))
+                await asyncio.sleep(0)  # the loop's other work (records, queries) goes first
             self.packed += done
             if done >= TRIM_AFTER:
                 trim_heap()
