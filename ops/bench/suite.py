@@ -539,9 +539,11 @@ def table(res: dict[str, Any]) -> str:
     rows: list[tuple[str, str, str, str, str]] = []
     lat = res["latency"]
     relay = res.get("relay")
-    figures: tuple[tuple[str, str, str, dict[str, str]], ...] = (("latency", f"report→view latency {{p}} @ {lat['offered_rate']:,.0f}/s",
-                "raw relay", {"p50": "≤ 10 ms", "p99": "≤ 5x the relay's p99"}),
-               ("hop", "stored in the stream → applied by the reader {p}", "relay reader", {}))
+    figures: tuple[tuple[str, str, str, dict[str, str]], ...] = (
+        ("latency", f"report→view latency {{p}} @ {lat['offered_rate']:,.0f}/s", "raw relay",
+         {"p50": "≤ 10 ms", "p99": "≤ 5x the relay's p99"}),
+        ("hop", "stored in the stream → applied by the reader {p}", "relay reader", {}),
+    )
     for key, label, baseline, goals in figures:
         for p in ("p50", "p99"):
             ours = lat[f"{key}_{p}_ms"]
