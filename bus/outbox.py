@@ -18,6 +18,12 @@ permanent: the message is rejected (`on_error`, `stats.rejected`), never
 retried — a misconfigured host must not retry in a storm.  Later messages on
 the same subject are tried once each; only the first refusal per subject is
 logged at ERROR.
+
+A server that stays connected but acknowledges nothing (it lost its
+cluster's majority, or its JetStream is frozen) is left: after `switch_after`
+seconds of failing publishes the outbox reconnects to another server of the
+connection's list (`bus.connection.switch_server`), where the kept messages
+are flushed.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,7 +44,7 @@ import tenacity
 from nats.aio.client import Client
 
 from bus import tracing
-from bus.connection import add_error_listener
+from bus.connection import add_error_listener, switch_server
 from schemas.errors import AuthError, CrrTimeoutError
 
 log = logging.getLogger("crr.bus.outbox")
@@ -71,6 +78,8 @@ class OutboxStats:
     superseded: int = 0
     dropped_overflow: int = 0
     rejected: int = 0
+    switched: int = 0
+    """Times the outbox left a server that acknowledged nothing (see the module doc)."""
     last_error: str | None = None
     errors: list[str] = field(default_factory=list)
 
@@ -86,8 +95,10 @@ class Outbox:
         window: int = 256,
         ack_timeout: float = 5.0,
         on_error: ErrorHandler | None = None,
+        switch_after: float | None = 10.0,
     ) -> None:
         self._nc = nc
+        self._switch_after = switch_after
         self._js = nc.jetstream(timeout=ack_timeout)
         self._latest: OrderedDict[str, _Item] = OrderedDict()
         self._all: deque[_Item] = deque()
@@ -263,6 +274,7 @@ class Outbox:
 
     async def _run(self) -> None:
         failures = 0
+        failing_since = 0.0
         while not self._closing:
             if not self._latest and not self._all:
                 self._idle.set()
@@ -280,6 +292,14 @@ class Outbox:
             for it, _ in reversed(failed):
                 self._requeue(it)
             failures += 1
+            now = time.monotonic()
+            if failures == 1:
+                failing_since = now
+            elif self._switch_after is not None and now - failing_since >= self._switch_after:
+                failing_since = now
+                if await switch_server(self._nc, f"no JetStream ack for "
+                                                 f"{self._switch_after:g}s"):
+                    self.stats.switched += 1
             self.stats.last_error = f"{failed[0][0].subject}: {failed[0][1]!r}"
             if failures == 1 or failures % 50 == 0:
                 log.warning("publish failed (%s); %d message(s) kept for retry",

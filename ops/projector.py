@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 import msgspec
 import nats.errors
 import nats.js.errors
+import tenacity
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -74,7 +75,7 @@ from bus.subjects import (
     host_snapshot_subject,
     published_subject,
 )
-from ops.lease import Lease, is_fence_refusal
+from ops.lease import Lease, is_fence_busy, is_fence_refusal
 from ops.metrics import ProjectorMetrics
 from projections.envelope import Envelope
 from projections.fold import Changes, apply, expire, next_deadline
@@ -433,6 +434,25 @@ class Projector:
             written.set(subject, data or b"", digest)
         self.writes += len(sent)
 
+    async def _publish_window(self, window: list[tuple[str, bytes]],
+                              fence: dict[str, str] | None) -> None:
+        """Write `window` concurrently; fenced writes a clustered stream refused as busy
+        (one fenced write in flight at a time, ops/lease.py) are retried one by one."""
+        results = await asyncio.gather(*(self._publish(s, d, fence) for s, d in window),
+                                       return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for exc in sorted(errors, key=lambda e: not isinstance(e, LeaseLostError)):
+            if not is_fence_busy(exc):
+                raise exc
+        busy = [rec for rec, r in zip(window, results, strict=True) if is_fence_busy(r)]
+        for s, d in busy:
+            async for attempt in tenacity.AsyncRetrying(
+                    retry=tenacity.retry_if_exception(is_fence_busy), reraise=True,
+                    stop=tenacity.stop_after_attempt(10),
+                    wait=tenacity.wait_exponential(multiplier=0.002, max=0.2)):
+                with attempt:
+                    await self._publish(s, d, fence)
+
     def _writing(self) -> contextlib.AbstractAsyncContextManager[dict[str, str] | None]:
         """Fenced-write headers while holding the lease (HA), else no headers."""
         if self._lease is None:
@@ -470,7 +490,7 @@ class Projector:
                 out = iter(slow)
             while window := list(itertools.islice(out, WRITE_WINDOW)):
                 async with self._writing() as fence:
-                    await asyncio.gather(*(self._publish(s, d, fence) for s, d in window))
+                    await self._publish_window(window, fence)
             for dl in letters:
                 await self._js.publish(DEADLETTER, encode(dl),
                                        headers={"Nats-Msg-Id": f"deadletter/{dl.seq}"})
@@ -605,8 +625,19 @@ class Projector:
         if not await self._lease.acquire(stop):
             return False
         # The previous writer may have written anything: reload, then rewrite the differences.
-        self._written.clear()
-        await self._load_written()
+        # (Taking over often happens while the cluster elects a new stream leader: retry.)
+        async for attempt in tenacity.AsyncRetrying(
+                retry=tenacity.retry_if_exception_type(
+                    (nats.errors.Error, nats.js.errors.Error, TimeoutError)),
+                stop=tenacity.stop_after_delay(60), reraise=True,
+                wait=tenacity.wait_exponential(multiplier=0.05, max=1.0),
+                before_sleep=lambda rs: log.warning(
+                    "projector %s: cannot read %s after taking the lease (%r); retrying",
+                    self.projector_id, SNAPSHOT_STREAM,
+                    rs.outcome.exception() if rs.outcome else None)):
+            with attempt:
+                self._written.clear()
+                await self._load_written()
         self._dirty.hosts.update(host_names(self.state))
         self._dirty.cluster = self._dirty.catalog = True
         self._wake.set()
@@ -737,7 +768,13 @@ class Projector:
                 return
             # Initial load done: bring expiry up to now, then write the differences only.
             self._dirty.merge(expire(self.state, tick()))
-            await self._flush()
+            try:
+                await self._flush()
+            except LeaseLostError:
+                pass  # deposed already: back to standby in the loop
+            except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+                # (A cluster electing a leader, a refused write): the loop retries it.
+                log.warning("initial snapshot write failed (%r); retrying", exc)
             if self._gc_freeze:
                 gc.collect()
                 self._freeze_gc()
