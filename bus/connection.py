@@ -81,8 +81,7 @@ async def switch_server(nc: Client, why: str) -> bool:
 
     For a server that still answers but cannot serve JetStream (cut off from its
     cluster's majority): pings alone never give it up."""
-    servers = nc.options.get("servers") or []
-    if len(servers) < 2 or not nc.is_connected:
+    if len(nc.servers) < 2 or not nc.is_connected:
         return False
     log.warning("nats: leaving %s (%s); reconnecting to another server",
                 nc.connected_url.netloc if nc.connected_url else "?", why)

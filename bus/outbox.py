@@ -6,7 +6,10 @@ message (`keep="latest"`: reports and inventories — an older value is
 worthless once a newer one exists) or every message up to a bound
 (`keep="all"`: health transitions), and flushes them when the connection
 returns.  Every message carries `Nats-Msg-Id`, so a resend after a lost ack
-is de-duplicated by the stream.  Publishes wait for the JetStream ack (not
+is de-duplicated by the stream; and a message whose ack did not come is
+resent (same id) before any newer one on its subject, so a copy delivered
+late (by a server that was cut off from its cluster) is a duplicate then,
+never an older value stored after a newer one.  Publishes wait for the JetStream ack (not
 `publish_async`, whose future never resolves when the server refuses a
 message — nats-py issue #985).
 
@@ -55,6 +58,11 @@ ErrorHandler = Callable[[str, Exception], None]
 # nats-py lower-cases -ERR texts, subject included: match subjects case-insensitively.
 _REFUSED = re.compile(r'permissions violation for publish to "([^"]+)"', re.IGNORECASE)
 
+DUPLICATE_IN_PROCESS = 10158
+"""JetStream error code: a message with this `Nats-Msg-Id` is still being stored (an
+earlier attempt, e.g. on a node that lost its cluster).  Retriable, never a refusal:
+the retry is either stored or acknowledged as a duplicate."""
+
 _backoff = tenacity.wait_exponential(multiplier=0.05, max=2.0) + tenacity.wait_random(0, 0.1)
 
 
@@ -101,6 +109,8 @@ class Outbox:
         self._switch_after = switch_after
         self._js = nc.jetstream(timeout=ack_timeout)
         self._latest: OrderedDict[str, _Item] = OrderedDict()
+        self._unsure: OrderedDict[str, _Item] = OrderedDict()
+        """Sent, outcome unknown (no ack): resent before anything newer on its subject."""
         self._all: deque[_Item] = deque()
         self._max_all = max_all
         self._window = window
@@ -120,7 +130,7 @@ class Outbox:
     @property
     def pending(self) -> int:
         """Messages waiting to be published (not counting those in flight)."""
-        return len(self._latest) + len(self._all)
+        return len(self._latest) + len(self._all) + len(self._unsure)
 
     async def start(self) -> None:
         """Start the background sender."""
@@ -200,6 +210,10 @@ class Outbox:
         """Up to `window` items, at most one per subject (keeps per-subject order)."""
         batch: list[_Item] = []
         seen: set[str] = set()
+        while self._unsure and len(batch) < self._window:
+            subject, it = self._unsure.popitem(last=False)
+            seen.add(subject)
+            batch.append(it)
         while self._all and len(batch) < self._window:
             if self._all[0].subject in seen:
                 break
@@ -239,6 +253,8 @@ class Outbox:
         except nats.js.errors.APIError as exc:
             if exc.code is not None and exc.code >= 500:
                 return exc  # e.g. 503 no leader during a cluster election: retriable
+            if exc.err_code == DUPLICATE_IN_PROCESS:
+                return exc  # an earlier attempt's fate is not known yet: ask again later
             self._reject(it, exc)
         except nats.errors.MaxPayloadError as exc:
             self._reject(it, exc)
@@ -263,12 +279,11 @@ class Outbox:
         it.attempts += 1
         self.stats.retried += 1
         if it.keep == "latest":
-            if it.subject in self._latest:
-                self.stats.superseded += 1  # a newer value arrived meanwhile: drop the old one
-                tracing.end_publish(it.span, outcome="superseded")
-                return
-            self._latest[it.subject] = it
-            self._latest.move_to_end(it.subject, last=False)
+            # Not superseded by a newer value queued meanwhile: this one may still be
+            # stored late (held by a server cut off from its cluster, then delivered when
+            # the link heals), after the newer one.  Resending it first, with its
+            # Nats-Msg-Id, either stores it in order or makes that late copy a duplicate.
+            self._unsure[it.subject] = it
         else:
             self._all.appendleft(it)
 
@@ -276,7 +291,7 @@ class Outbox:
         failures = 0
         failing_since = 0.0
         while not self._closing:
-            if not self._latest and not self._all:
+            if not self._latest and not self._all and not self._unsure:
                 self._idle.set()
                 self._wakeup.clear()
                 await self._wakeup.wait()
