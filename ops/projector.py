@@ -444,7 +444,8 @@ class Projector:
         for exc in sorted(errors, key=lambda e: not isinstance(e, LeaseLostError)):
             if not is_fence_busy(exc):
                 raise exc
-        busy = [rec for rec, r in zip(window, results, strict=True) if is_fence_busy(r)]
+        busy = [rec for rec, r in zip(window, results, strict=True)
+                if isinstance(r, BaseException) and is_fence_busy(r)]
         for s, d in busy:
             async for attempt in tenacity.AsyncRetrying(
                     retry=tenacity.retry_if_exception(is_fence_busy), reraise=True,

@@ -30,6 +30,7 @@ unusable (no daemon, refused, disk full, image not buildable) the calls raise
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import io
 import json
@@ -40,34 +41,38 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+import warnings
 from collections.abc import Iterator
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
-os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")  # the reaper would need a pull
+import docker
+import docker.errors
+import requests.exceptions
+from testcontainers.core.config import testcontainers_config
+from testcontainers.core.container import DockerContainer
+from testcontainers.core.network import Network
 
-import docker  # noqa: E402 - after the environment default above
-import docker.errors  # noqa: E402
-import requests.exceptions  # noqa: E402
-from testcontainers.core.config import testcontainers_config  # noqa: E402
-from testcontainers.core.container import DockerContainer  # noqa: E402
-from testcontainers.core.network import Network  # noqa: E402
+from bus.server import find_nats_server
+from tests.cluster_support import CLUSTER_NAME, free_ports
 
-from bus.server import find_nats_server  # noqa: E402
-from tests.cluster_support import CLUSTER_NAME, free_ports  # noqa: E402
-
+# The reaper (Ryuk) container would need a pull: cleanup is by label here instead.
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 testcontainers_config.ryuk_disabled = True
 
 RUN_LABEL = "crr.test.run"
 """Label on every container and network of one cluster (removed by it)."""
 IMAGE_REPO = "crr-test-nats"
+API_VERSION = "1.41"
+"""Docker Engine API version used (Docker 20.10, Debian 12's docker.io; newer daemons
+accept it)."""
 MIN_FREE_BYTES = 256 * 1024 * 1024
 """Below this much free space in Docker's data root the tests skip ("disk full")."""
 _DOCKER_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException,
                   OSError)
 
 
-class DockerUnavailable(Exception):  # noqa: N818 - reads as the reason a test skips
+class DockerUnavailable(Exception):
     """Docker cannot run the cluster here; `str()` says why (the skip reason)."""
 
 
@@ -77,12 +82,24 @@ def _where() -> str:
 
 def docker_client() -> docker.DockerClient:
     """A client of a reachable Docker daemon with room on its disk, or DockerUnavailable."""
-    try:
-        client = docker.from_env(timeout=20)
-        client.ping()
-        info: dict[str, Any] = client.info()
-    except _DOCKER_ERRORS as exc:
-        raise DockerUnavailable(f"no Docker daemon reachable at {_where()}: {exc}") from None
+    # A fixed API version: no negotiation call while constructing (which would leak its
+    # socket when there is no daemon), and the client can be closed on failure.
+    client = docker.from_env(timeout=20, version=API_VERSION)
+    error: str | None = None
+    info: dict[str, Any] = {}
+    with warnings.catch_warnings():
+        # docker-py does not close the socket of a failed connect: collect it here, quietly.
+        warnings.simplefilter("ignore", ResourceWarning)
+        try:
+            client.ping()
+            info = client.info()
+        except _DOCKER_ERRORS as exc:
+            error = str(exc)
+        if error is not None:
+            client.close()
+            gc.collect()
+    if error is not None:
+        raise DockerUnavailable(f"no Docker daemon reachable at {_where()}: {error}")
     root = str(info.get("DockerRootDir") or "")
     if root and os.path.isdir(root):  # a local daemon: its data root is ours to measure
         free = shutil.disk_usage(root).free
@@ -115,15 +132,16 @@ def nats_image(client: docker.DockerClient) -> str:
     tag = f"{IMAGE_REPO}:{digest[:16]}"
     try:
         client.images.get(tag)
-        return tag
     except docker.errors.ImageNotFound:
         pass
     except _DOCKER_ERRORS as exc:
         raise DockerUnavailable(f"cannot look up image {tag}: {exc}") from None
+    else:
+        return tag
     try:
         client.images.build(fileobj=_build_context(binary), custom_context=True, tag=tag,
                             rm=True, forcerm=True, labels={"crr.test.image": digest})
-    except _DOCKER_ERRORS + (docker.errors.BuildError,) as exc:
+    except (*_DOCKER_ERRORS, docker.errors.BuildError) as exc:
         raise DockerUnavailable(f"cannot build image {tag} from {binary}: {exc}") from None
     return tag
 
@@ -209,7 +227,7 @@ class DockerNatsCluster:
     def monitor(self, i: int, path: str, timeout: float = 2.0) -> dict[str, Any]:
         """GET a monitoring endpoint of node i (e.g. `/jsz`, `/connz`) through 127.0.0.1."""
         url = f"http://127.0.0.1:{self.monitor_ports[i]}{path}"
-        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - loopback http
+        with urllib.request.urlopen(url, timeout=timeout) as r:
             doc: dict[str, Any] = json.load(r)
         return doc
 
@@ -228,15 +246,17 @@ class DockerNatsCluster:
             self.clients = Network(docker_network_kw={"labels": self.labels})
             self.clients.create()
             for i in range(self.size):
-                node = (DockerContainer(self.image, command=["-c", "/nats.conf"])
+                node = (DockerContainer(self.image)
+                        .with_command(["-c", "/nats.conf"])
                         .with_name(f"crr-{self.run}-n{i}")
                         .with_network(self.clients)
                         .with_kwargs(labels=self.labels)
                         .with_copy_into_container(node_config(i, self.size).encode(),
                                                   "/nats.conf"))
                 # Published on 127.0.0.1 only (docker-py takes (ip, port) tuples).
-                node.ports = {"4222/tcp": ("127.0.0.1", self.client_ports[i]),  # type: ignore[dict-item]
-                              "8222/tcp": ("127.0.0.1", self.monitor_ports[i])}
+                cast(dict[str, Any], node.ports).update({
+                    "4222/tcp": ("127.0.0.1", self.client_ports[i]),
+                    "8222/tcp": ("127.0.0.1", self.monitor_ports[i])})
                 self.nodes.append(node)
                 node.start()
                 self.routes.connect(node.get_container_id(), network_aliases=[f"route-n{i}"])
