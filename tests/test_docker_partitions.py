@@ -37,7 +37,6 @@ from bus.subjects import (
 from ops.lease import LEASE_SUBJECT
 from ops.view import SchedulerView
 from producers.simulator import publish_round, simulated_hosts
-from schemas.catalog_loader import load_catalog_text
 from schemas.codec import decode
 from schemas.snapshot import HostSnapshot
 from schemas.timestamps import format_time, parse_time
@@ -51,7 +50,8 @@ from tests.docker_cluster import (
 )
 from tests.fault_support import CrrProcess, eventually, stored_events
 from tests.projector_support import FAST_CATALOG, publish_catalog, publish_report
-from tests.test_faults import REPORTERS, assert_no_duplicate_events
+from tests.test_cluster_partitions import stream_leader
+from tests.test_faults import AGENT_CATALOG, REPORTERS, assert_no_duplicate_events
 
 pytestmark = [
     pytest.mark.docker,
@@ -95,18 +95,6 @@ def cluster() -> Iterator[DockerNatsCluster]:
 def majority_url(cluster: DockerNatsCluster, minority: int) -> str:
     """Client URLs of every node but `minority`."""
     return ",".join(cluster.url_of(i) for i in range(cluster.size) if i != minority)
-
-
-async def stream_leader(cluster: DockerNatsCluster, nc: Client, stream: str) -> int:
-    """Index of the node leading `stream` (retried during elections)."""
-    async def leader() -> int | None:
-        info = await nc.jetstream(timeout=2.0).stream_info(stream)
-        if info.cluster is None or not info.cluster.leader:
-            return None
-        return cluster.index(info.cluster.leader) + 1  # + 1: node 0 must be truthy
-
-    found: int = await eventually(leader, 30, f"{stream} has a leader", every=0.2)
-    return found - 1
 
 
 @dataclass
@@ -301,13 +289,6 @@ async def lead_both(cluster: DockerNatsCluster, nc: Client, node: int) -> bool:
     return True
 
 
-AGENT_CATALOG = load_catalog_text("""
-version: 1
-resources:
-  tick: {kind: numeric, scope: host, reporter: ticker}
-reporters:
-  ticker: {type: script, command: [tick.sh], interval: 1s, timeout: 2s}
-""")
 TICK = """#!/bin/sh
 if [ -f "$(dirname "$0")/fail" ]; then echo 'broken' >&2; exit 3; fi
 printf '{"values": {"tick": 1}}\\n'

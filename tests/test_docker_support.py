@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import docker
 import pytest
 
 from tests import docker_cluster
@@ -38,7 +39,7 @@ def test_refusing_daemon_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     """DOCKER_HOST on a loopback port nobody listens on: the refusal is the reason."""
     (port,) = free_ports(1)
     monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{port}")
-    with pytest.raises(DockerUnavailable, match="Connection refused|refused"):
+    with pytest.raises(DockerUnavailable, match="refused"):
         docker_client()
 
 
@@ -56,7 +57,7 @@ def test_partition_tests_skip_with_the_reason(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def client() -> docker_cluster.docker.DockerClient:
+def client() -> docker.DockerClient:
     """A Docker client, or a skip with the reason."""
     try:
         return docker_client()
@@ -66,7 +67,7 @@ def client() -> docker_cluster.docker.DockerClient:
 
 @pytest.mark.docker
 def test_full_disk_is_a_reason(monkeypatch: pytest.MonkeyPatch,
-                               client: docker_cluster.docker.DockerClient) -> None:
+                               client: docker.DockerClient) -> None:
     """Less free space in Docker's data root than needed: DockerUnavailable says "disk"."""
     client.close()
     monkeypatch.setattr(docker_cluster, "MIN_FREE_BYTES", 2**62)
@@ -75,7 +76,7 @@ def test_full_disk_is_a_reason(monkeypatch: pytest.MonkeyPatch,
 
 
 @pytest.mark.docker
-def test_failed_start_leaves_nothing(client: docker_cluster.docker.DockerClient) -> None:
+def test_failed_start_leaves_nothing(client: docker.DockerClient) -> None:
     """A cluster whose image does not exist fails to start with the reason; its networks
     (created first) are removed, so nothing with its label is left."""
     nats_image(client)  # the real image builds (cached by the binary's hash)
