@@ -59,6 +59,7 @@ given up after about (MAX_OUTSTANDING_PINGS + 1) x PING_INTERVAL = 15 s, then th
 client reconnects elsewhere; nats-py's default (2 min x 2) would keep a client
 on a dead server for up to 6 minutes."""
 
+
 def _server_picker(current: list[str]) -> Callable[[list[Any], dict[str, Any]],
                                                      tuple[Any, float]]:
     """nats-py reconnect hook: a random eligible server after a jittered delay.

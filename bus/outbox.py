@@ -6,12 +6,12 @@ message (`keep="latest"`: reports and inventories — an older value is
 worthless once a newer one exists) or every message up to a bound
 (`keep="all"`: health transitions), and flushes them when the connection
 returns.  Every message carries `Nats-Msg-Id`, so a resend after a lost ack
-is de-duplicated by the stream; and a message whose ack did not come is
-resent (same id) before any newer one on its subject, so a copy delivered
-late (by a server that was cut off from its cluster) is a duplicate then,
-never an older value stored after a newer one.  Publishes wait for the JetStream ack (not
-`publish_async`, whose future never resolves when the server refuses a
-message — nats-py issue #985).
+is de-duplicated by the stream; and a message sent without an answer (an ack
+timeout) is resent, same id, before any newer one on its subject, so a copy
+delivered late (by a server that was cut off from its cluster) is a
+duplicate then, never an older value stored after a newer one.  Publishes
+wait for the JetStream ack (not `publish_async`, whose future never resolves
+when the server refuses a message — nats-py issue #985).
 
 A publish the server's authorization refuses gets no ack: the server
 answers with an asynchronous `-ERR 'Permissions Violation for Publish to
@@ -62,6 +62,15 @@ DUPLICATE_IN_PROCESS = 10158
 """JetStream error code: a message with this `Nats-Msg-Id` is still being stored (an
 earlier attempt, e.g. on a node that lost its cluster).  Retriable, never a refusal:
 the retry is either stored or acknowledged as a duplicate."""
+
+def _outcome_unknown(exc: Exception) -> bool:
+    """Whether a failed publish may still be stored (no answer came), as opposed to
+    certainly not stored (not sent, or the server answered with an error)."""
+    if isinstance(exc, nats.js.errors.APIError):
+        return exc.err_code == DUPLICATE_IN_PROCESS
+    return isinstance(exc, (nats.errors.TimeoutError, nats.errors.StaleConnectionError,
+                            TimeoutError))
+
 
 _backoff = tenacity.wait_exponential(multiplier=0.05, max=2.0) + tenacity.wait_random(0, 0.1)
 
@@ -275,15 +284,23 @@ class Outbox:
         if self.on_error is not None:
             self.on_error(it.subject, exc)
 
-    def _requeue(self, it: _Item) -> None:
+    def _requeue(self, it: _Item, *, unsure: bool) -> None:
         it.attempts += 1
         self.stats.retried += 1
         if it.keep == "latest":
-            # Not superseded by a newer value queued meanwhile: this one may still be
-            # stored late (held by a server cut off from its cluster, then delivered when
-            # the link heals), after the newer one.  Resending it first, with its
-            # Nats-Msg-Id, either stores it in order or makes that late copy a duplicate.
-            self._unsure[it.subject] = it
+            if unsure:
+                # Sent, no answer: it may still be stored late (held by a server cut off
+                # from its cluster, delivered when the link heals), after a newer value.
+                # Resending it first, with its Nats-Msg-Id, stores it in order or makes
+                # that late copy a duplicate; a newer value waits until then.
+                self._unsure[it.subject] = it
+                return
+            if it.subject in self._latest:
+                self.stats.superseded += 1  # not stored, and a newer value is queued
+                tracing.end_publish(it.span, outcome="superseded")
+                return
+            self._latest[it.subject] = it
+            self._latest.move_to_end(it.subject, last=False)
         else:
             self._all.appendleft(it)
 
@@ -304,8 +321,8 @@ class Outbox:
                 failures = 0
                 continue
             # Put back in reverse so the oldest keep their place at the front.
-            for it, _ in reversed(failed):
-                self._requeue(it)
+            for it, exc in reversed(failed):
+                self._requeue(it, unsure=_outcome_unknown(exc))
             failures += 1
             now = time.monotonic()
             if failures == 1:
