@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -71,7 +72,9 @@ BEHIND = 3.0
 def cluster() -> Iterator[DockerNatsCluster]:
     """A started 3-node cluster; skipped with the reason when Docker cannot run one.
 
-    Everything carrying the run's label is removed afterwards, and checked gone."""
+    Everything carrying the run's label is removed afterwards, and checked gone — also
+    when the test run is terminated (SIGTERM is turned into an interrupt, so pytest
+    tears the fixtures down)."""
     try:
         client = docker_client()
     except DockerUnavailable as exc:
@@ -83,13 +86,30 @@ def cluster() -> Iterator[DockerNatsCluster]:
     except DockerUnavailable as exc:
         client.close()
         pytest.skip(str(exc))
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         yield c
     finally:
+        signal.signal(signal.SIGTERM, previous)
         c.close()
         left = leftovers(client, c.run)
         client.close()
         assert not left, f"left behind: {left}"
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@pytest.fixture
+def procs() -> Iterator[list[CrrProcess]]:
+    """crr processes a test started: stopped at teardown, whatever happened."""
+    started: list[CrrProcess] = []
+    try:
+        yield started
+    finally:
+        for p in started:
+            p.stop()
 
 
 def majority_url(cluster: DockerNatsCluster, minority: int) -> str:
@@ -159,7 +179,8 @@ def check_alive(*procs: CrrProcess) -> None:
 
 @pytest.mark.parametrize("fault", ["isolate", "pause"])
 async def test_leader_and_projector_on_the_minority(
-        cluster: DockerNatsCluster, tmp_path: Path, fault: str) -> None:
+        cluster: DockerNatsCluster, procs: list[CrrProcess], tmp_path: Path,
+        fault: str) -> None:
     """The node leading CRR_EVENTS and CRR_SNAPSHOT, with the lease-holding projector A on it,
     is cut off (`isolate`) or frozen past the lease TTL (`pause`) while reports flow: nothing
     from A is stored after the standby B's first write, B takes over within its bound, the
@@ -174,6 +195,7 @@ async def test_leader_and_projector_on_the_minority(
                          "both streams led by the node to cut off", every=0.5)
     other = (lead + 1) % 3
     a = projector(cluster, lead, "A", tmp_path)
+    procs.append(a)
     b: CrrProcess | None = None
     hosts = simulated_hosts([f"h{i:02d}" for i in range(20)], seed=5)
     try:
@@ -182,6 +204,7 @@ async def test_leader_and_projector_on_the_minority(
                 watching(nc) as writes:
             await eventually(lambda: "A" in writes.writers(), 30, "A writing")
             b = projector(cluster, other, "B", tmp_path)
+            procs.append(b)
             # B is a warm standby (it writes nothing while A holds the lease; it says so).
             await eventually(lambda: standby(a, b), 30, "B a warm standby")
             await publish_report(near, "blinker", "blinkhost", {"blink": 5.0})
@@ -296,7 +319,8 @@ printf '{"values": {"tick": 1}}\\n'
 AGENT_CONN = "crr-agent-worker1"
 
 
-async def test_agent_and_view_nodes_cut_off(cluster: DockerNatsCluster, tmp_path: Path) -> None:
+async def test_agent_and_view_nodes_cut_off(cluster: DockerNatsCluster,
+                                            procs: list[CrrProcess], tmp_path: Path) -> None:
     """The agent's node is cut off: its value goes stale on time, the agent keeps its health
     transitions, leaves the node for the majority and flushes, and the value is fresh again.
     Then the view's node is cut off: the view says it is behind (status age) instead of
@@ -308,6 +332,7 @@ async def test_agent_and_view_nodes_cut_off(cluster: DockerNatsCluster, tmp_path
     agent = CrrProcess(["agent", "--server", cluster.url, "--host", "worker1",
                         "--reporters-dir", str(tmp_path), "--log-level", "INFO"],
                        tmp_path / "agent.log").start()
+    procs.append(agent)
     proj: CrrProcess | None = None
     timings: dict[str, float] = {}
     try:
@@ -322,6 +347,7 @@ async def test_agent_and_view_nodes_cut_off(cluster: DockerNatsCluster, tmp_path
         v = (g + 2) % 3
         proj = CrrProcess(["projector", "--server", cluster.url_of(p), "--replicas", "3"],
                           tmp_path / "projector.log").start()
+        procs.append(proj)
         async with connect(majority_url(cluster, g), name="crr-test", attempts=None) as nc:
             states: list[tuple[float, HostSnapshot]] = []
 
