@@ -9,11 +9,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import urllib.error
 from pathlib import Path
 
 import docker
 import pytest
 
+from bus.connection import connect
+from bus.streams import StreamSettings, provision
+from bus.subjects import EVENTS_STREAM
 from tests import docker_cluster
 from tests.cluster_support import free_ports
 from tests.docker_cluster import (
@@ -23,6 +27,7 @@ from tests.docker_cluster import (
     leftovers,
     nats_image,
 )
+from tests.fault_support import eventually
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -87,4 +92,33 @@ def test_failed_start_leaves_nothing(client: docker.DockerClient) -> None:
         assert leftovers(client, cluster.run) == []
     finally:
         cluster.close()
+        client.close()
+
+
+@pytest.mark.docker
+async def test_killed_node_comes_back_at_the_same_address(
+        client: docker.DockerClient) -> None:
+    """kill(i)/restart(i): the node's nats-server dies (its clients lose it) and comes back
+    on the same published port and store; the cluster forms again with every peer."""
+    try:
+        cluster = DockerNatsCluster(client, nats_image(client)).start()
+    except DockerUnavailable as exc:
+        client.close()
+        pytest.skip(str(exc))
+    try:
+        async with connect(cluster.url_of(0), name="crr-test") as nc:
+            await eventually(lambda: provision(nc, StreamSettings(replicas=3)), 30,
+                             "R3 streams", every=0.5)
+        cluster.kill(1)
+        with pytest.raises((urllib.error.URLError, ConnectionError)):  # nobody listens
+            cluster.monitor(1, "/varz", timeout=1)
+        cluster.restart(1)
+        cluster.wait_formed(60)
+        async with connect(cluster.url_of(1), name="crr-test") as nc:
+            info = await eventually(lambda: nc.jetstream(timeout=2).stream_info(EVENTS_STREAM),
+                                    30, "CRR_EVENTS reachable through the restarted node")
+        assert info.config.num_replicas == 3
+    finally:
+        cluster.close()
+        assert leftovers(client, cluster.run) == []
         client.close()
