@@ -123,6 +123,8 @@ class Writes:
 
     log: list[tuple[int, str, str]] = field(default_factory=list)
     """(seq, kind "status"/"lease", writer id)."""
+    blink: list[str] = field(default_factory=list)
+    """States of blinkhost's `blink` value, as stored."""
     reader: OrderedReader | None = None
 
     def on(self, m: StoredMessage) -> None:
@@ -132,6 +134,9 @@ class Writes:
             self.log.append((m.seq, "status", json.loads(m.data).get("projector_id", "")))
         elif m.subject == LEASE_SUBJECT:
             self.log.append((m.seq, "lease", json.loads(m.data).get("holder") or ""))
+        elif m.subject == host_snapshot_subject("blinkhost"):
+            self.blink.append(decode(m.data, HostSnapshot).values["blink"].state)
+            self.log.append((m.seq, "blinkhost", self.blink[-1]))
 
     def writers(self, kind: str = "status") -> list[str]:
         """Successive writers (runs collapsed): ["A", "B"] means one switch, never back."""
@@ -208,10 +213,14 @@ async def test_leader_and_projector_on_the_minority(
             # B is a warm standby (it writes nothing while A holds the lease; it says so).
             await eventually(lambda: standby(a, b), 30, "B a warm standby")
             await publish_report(near, "blinker", "blinkhost", {"blink": 5.0})
-            flips: list[str] = []
+            # (What is *stored*, in stream order: a core subscription would also see
+            # fenced writes the stream refused.)
+            flips = writes.blink
+            publishes: list[str] = []
 
             async def on_blink(msg: Msg) -> None:
-                flips.append(decode(msg.data, HostSnapshot).values["blink"].state)
+                snap = decode(msg.data, HostSnapshot)
+                publishes.append(f"{snap.values['blink'].state}@{snap.as_of.seq}")
 
             await nc.subscribe(host_snapshot_subject("blinkhost"), cb=on_blink)
             view = SchedulerView(nc)
@@ -290,13 +299,14 @@ async def test_leader_and_projector_on_the_minority(
             assert (snap.values[name].state, snap.values[name].value) == (
                 "fresh", h.state[name]), (h.host, name)
     if "stale" in flips:
-        assert "fresh" not in flips[flips.index("stale"):], flips
+        assert "fresh" not in flips[flips.index("stale"):], (flips, publishes, writes.log)
     assert flips, "blinkhost never written"
     assert flips[-1] == "stale", flips
     assert_no_duplicate_events(events)
     assert stats.rejected == 0
     print(f"\n{fault}: node n{lead} for {cut_for:.1f}s; outbox switched {stats.switched}, "
-          f"retried {stats.retried}; " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
+          f"retried {stats.retried}; " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items())
+          + f"; blinkhost stored {flips}, published {publishes}")
     # B took over within TTL + a JetStream leader election (see ops/deploy/PARTITIONS.md).
     assert timings["takeover"] < TTL + 15, timings
 
