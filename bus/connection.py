@@ -52,10 +52,45 @@ def _reconnect_delay(attempt: int) -> float:
     return float(_reconnect_wait(state))
 
 
-def _pick_server(servers: list[Any], _info: dict[str, Any]) -> tuple[Any, float]:
-    """nats-py reconnect hook: a random eligible server after a jittered delay."""
-    server = random.choice(servers)  # noqa: S311 - load spreading, not security
-    return server, _reconnect_delay(getattr(server, "reconnects", 0) + 1)
+PING_INTERVAL = 5.0
+MAX_OUTSTANDING_PINGS = 2
+"""A server that stops answering (frozen, or cut off behind a silent network) is
+given up after about (MAX_OUTSTANDING_PINGS + 1) x PING_INTERVAL = 15 s, then the
+client reconnects elsewhere; nats-py's default (2 min x 2) would keep a client
+on a dead server for up to 6 minutes."""
+
+
+def _server_picker(current: list[str]) -> Callable[[list[Any], dict[str, Any]],
+                                                     tuple[Any, float]]:
+    """nats-py reconnect hook: a random eligible server after a jittered delay.
+
+    The server being left (`current[0]`) is avoided when there are others: a
+    client that leaves a server because it froze or lost its cluster should not
+    pick it again by chance."""
+
+    def pick(servers: list[Any], _info: dict[str, Any]) -> tuple[Any, float]:
+        others = [s for s in servers if current and s.uri.netloc != current[0]]
+        server = random.choice(others or servers)  # noqa: S311 - load spreading
+        current[:] = [server.uri.netloc]
+        return server, _reconnect_delay(getattr(server, "reconnects", 0) + 1)
+
+    return pick
+
+
+async def switch_server(nc: Client, why: str) -> bool:
+    """Reconnect `nc` to another server of its list (False if it has no other).
+
+    For a server that still answers but cannot serve JetStream (cut off from its
+    cluster's majority): pings alone never give it up."""
+    if len(nc.servers) < 2 or not nc.is_connected:
+        return False
+    log.warning("nats: leaving %s (%s); reconnecting to another server",
+                nc.connected_url.netloc if nc.connected_url else "?", why)
+    force = getattr(nc, "force_reconnect", None)  # nats-py >= 2.10
+    if force is None:
+        return False
+    await force()
+    return True
 
 
 def _redact(url: str) -> str:
@@ -202,6 +237,7 @@ async def open_connection(
     reconnect_listeners: list[ReconnectListener] = []
     seen: list[Exception] = []
     fatal = asyncio.Event()
+    current: list[str] = []
     shown = ",".join(_redact(s) for s in servers)  # for messages: no user:password@
     tls: ssl.SSLContext | None = None
     if tls_ca is not None or any(s.startswith("tls://") for s in servers):
@@ -216,7 +252,9 @@ async def open_connection(
         # attempt); once connected, reconnect forever (set below).
         "max_reconnect_attempts": 1,
         "reconnect_time_wait": 0.2,
-        "reconnect_to_server_handler": _pick_server,
+        "reconnect_to_server_handler": _server_picker(current),
+        "ping_interval": PING_INTERVAL,
+        "max_outstanding_pings": MAX_OUTSTANDING_PINGS,
         "error_cb": _error_callback(listeners, seen, fatal),
         "disconnected_cb": _on_disconnect,
         "reconnected_cb": _reconnect_callback(reconnect_listeners),
@@ -258,6 +296,8 @@ async def open_connection(
                         f"cannot reach NATS at {shown}: {exc or type(exc).__name__}{last}"
                     ) from None
                 nc.options["max_reconnect_attempts"] = -1
+                if nc.connected_url is not None:
+                    current[:] = [nc.connected_url.netloc]
                 nc.options[_LISTENERS] = listeners
                 nc.options[_RECONNECT_LISTENERS] = reconnect_listeners
                 return nc

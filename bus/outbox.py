@@ -6,9 +6,12 @@ message (`keep="latest"`: reports and inventories — an older value is
 worthless once a newer one exists) or every message up to a bound
 (`keep="all"`: health transitions), and flushes them when the connection
 returns.  Every message carries `Nats-Msg-Id`, so a resend after a lost ack
-is de-duplicated by the stream.  Publishes wait for the JetStream ack (not
-`publish_async`, whose future never resolves when the server refuses a
-message — nats-py issue #985).
+is de-duplicated by the stream; and a message sent without an answer (an ack
+timeout) is resent, same id, before any newer one on its subject, so a copy
+delivered late (by a server that was cut off from its cluster) is a
+duplicate then, never an older value stored after a newer one.  Publishes
+wait for the JetStream ack (not `publish_async`, whose future never resolves
+when the server refuses a message — nats-py issue #985).
 
 A publish the server's authorization refuses gets no ack: the server
 answers with an asynchronous `-ERR 'Permissions Violation for Publish to
@@ -18,6 +21,12 @@ permanent: the message is rejected (`on_error`, `stats.rejected`), never
 retried — a misconfigured host must not retry in a storm.  Later messages on
 the same subject are tried once each; only the first refusal per subject is
 logged at ERROR.
+
+A server that stays connected but acknowledges nothing (it lost its
+cluster's majority, or its JetStream is frozen) is left: after `switch_after`
+seconds of failing publishes the outbox reconnects to another server of the
+connection's list (`bus.connection.switch_server`), where the kept messages
+are flushed.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,7 +47,7 @@ import tenacity
 from nats.aio.client import Client
 
 from bus import tracing
-from bus.connection import add_error_listener
+from bus.connection import add_error_listener, switch_server
 from schemas.errors import AuthError, CrrTimeoutError
 
 log = logging.getLogger("crr.bus.outbox")
@@ -47,6 +57,20 @@ ErrorHandler = Callable[[str, Exception], None]
 
 # nats-py lower-cases -ERR texts, subject included: match subjects case-insensitively.
 _REFUSED = re.compile(r'permissions violation for publish to "([^"]+)"', re.IGNORECASE)
+
+DUPLICATE_IN_PROCESS = 10158
+"""JetStream error code: a message with this `Nats-Msg-Id` is still being stored (an
+earlier attempt, e.g. on a node that lost its cluster).  Retriable, never a refusal:
+the retry is either stored or acknowledged as a duplicate."""
+
+def _outcome_unknown(exc: Exception) -> bool:
+    """Whether a failed publish may still be stored (no answer came), as opposed to
+    certainly not stored (not sent, or the server answered with an error)."""
+    if isinstance(exc, nats.js.errors.APIError):
+        return exc.err_code == DUPLICATE_IN_PROCESS
+    return isinstance(exc, (nats.errors.TimeoutError, nats.errors.StaleConnectionError,
+                            TimeoutError))
+
 
 _backoff = tenacity.wait_exponential(multiplier=0.05, max=2.0) + tenacity.wait_random(0, 0.1)
 
@@ -71,6 +95,8 @@ class OutboxStats:
     superseded: int = 0
     dropped_overflow: int = 0
     rejected: int = 0
+    switched: int = 0
+    """Times the outbox left a server that acknowledged nothing (see the module doc)."""
     last_error: str | None = None
     errors: list[str] = field(default_factory=list)
 
@@ -86,10 +112,14 @@ class Outbox:
         window: int = 256,
         ack_timeout: float = 5.0,
         on_error: ErrorHandler | None = None,
+        switch_after: float | None = 10.0,
     ) -> None:
         self._nc = nc
+        self._switch_after = switch_after
         self._js = nc.jetstream(timeout=ack_timeout)
         self._latest: OrderedDict[str, _Item] = OrderedDict()
+        self._unsure: OrderedDict[str, _Item] = OrderedDict()
+        """Sent, outcome unknown (no ack): resent before anything newer on its subject."""
         self._all: deque[_Item] = deque()
         self._max_all = max_all
         self._window = window
@@ -109,7 +139,7 @@ class Outbox:
     @property
     def pending(self) -> int:
         """Messages waiting to be published (not counting those in flight)."""
-        return len(self._latest) + len(self._all)
+        return len(self._latest) + len(self._all) + len(self._unsure)
 
     async def start(self) -> None:
         """Start the background sender."""
@@ -189,6 +219,10 @@ class Outbox:
         """Up to `window` items, at most one per subject (keeps per-subject order)."""
         batch: list[_Item] = []
         seen: set[str] = set()
+        while self._unsure and len(batch) < self._window:
+            subject, it = self._unsure.popitem(last=False)
+            seen.add(subject)
+            batch.append(it)
         while self._all and len(batch) < self._window:
             if self._all[0].subject in seen:
                 break
@@ -228,6 +262,8 @@ class Outbox:
         except nats.js.errors.APIError as exc:
             if exc.code is not None and exc.code >= 500:
                 return exc  # e.g. 503 no leader during a cluster election: retriable
+            if exc.err_code == DUPLICATE_IN_PROCESS:
+                return exc  # an earlier attempt's fate is not known yet: ask again later
             self._reject(it, exc)
         except nats.errors.MaxPayloadError as exc:
             self._reject(it, exc)
@@ -248,12 +284,19 @@ class Outbox:
         if self.on_error is not None:
             self.on_error(it.subject, exc)
 
-    def _requeue(self, it: _Item) -> None:
+    def _requeue(self, it: _Item, *, unsure: bool) -> None:
         it.attempts += 1
         self.stats.retried += 1
         if it.keep == "latest":
+            if unsure:
+                # Sent, no answer: it may still be stored late (held by a server cut off
+                # from its cluster, delivered when the link heals), after a newer value.
+                # Resending it first, with its Nats-Msg-Id, stores it in order or makes
+                # that late copy a duplicate; a newer value waits until then.
+                self._unsure[it.subject] = it
+                return
             if it.subject in self._latest:
-                self.stats.superseded += 1  # a newer value arrived meanwhile: drop the old one
+                self.stats.superseded += 1  # not stored, and a newer value is queued
                 tracing.end_publish(it.span, outcome="superseded")
                 return
             self._latest[it.subject] = it
@@ -263,8 +306,9 @@ class Outbox:
 
     async def _run(self) -> None:
         failures = 0
+        failing_since = 0.0
         while not self._closing:
-            if not self._latest and not self._all:
+            if not self._latest and not self._all and not self._unsure:
                 self._idle.set()
                 self._wakeup.clear()
                 await self._wakeup.wait()
@@ -277,9 +321,17 @@ class Outbox:
                 failures = 0
                 continue
             # Put back in reverse so the oldest keep their place at the front.
-            for it, _ in reversed(failed):
-                self._requeue(it)
+            for it, exc in reversed(failed):
+                self._requeue(it, unsure=_outcome_unknown(exc))
             failures += 1
+            now = time.monotonic()
+            if failures == 1:
+                failing_since = now
+            elif self._switch_after is not None and now - failing_since >= self._switch_after:
+                failing_since = now
+                if await switch_server(self._nc, f"no JetStream ack for "
+                                                 f"{self._switch_after:g}s"):
+                    self.stats.switched += 1
             self.stats.last_error = f"{failed[0][0].subject}: {failed[0][1]!r}"
             if failures == 1 or failures % 50 == 0:
                 log.warning("publish failed (%s); %d message(s) kept for retry",

@@ -27,6 +27,12 @@ cleanly releases the lease, and a standby takes over within one poll.
 
 Writes use `js.publish` and wait for the ack, never `publish_async`, whose
 future never resolves when the server refuses a message (nats-py #985).
+
+On a clustered (R3) stream the server lets only one message that checks a
+given subject's last sequence be in flight at a time: a second one is refused
+at once with "wrong last sequence" code 10164 (`is_fence_busy`), not 10071.
+That is no verdict on the lease: a busy refusal is retried (writes) or taken
+as "someone else is writing the lease" (a standby's acquire attempt).
 """
 
 from __future__ import annotations
@@ -52,6 +58,9 @@ LEASE_SUBJECT = f"{PREFIX}.snapshot.lease"
 DEFAULT_TTL = 3.0
 WRONG_LAST_SEQUENCE = 10071
 """JetStream error code of a refused `Nats-Expected-Last-Subject-Sequence`."""
+SEQUENCE_CHECK_BUSY = 10164
+"""JetStream error code (clustered streams) of a sequence check refused because another
+message checking the same subject is still in flight: retriable, not a refusal."""
 EXPECTED_SEQ = "Nats-Expected-Last-Subject-Sequence"
 EXPECTED_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 MIN_SERVER = (2, 11)
@@ -83,6 +92,16 @@ def lease_subject(partition: int | None = None) -> str:
 def is_fence_refusal(exc: BaseException) -> bool:
     """True if `exc` is the server refusing a fenced write (the lease moved on)."""
     return isinstance(exc, nats.js.errors.APIError) and exc.err_code == WRONG_LAST_SEQUENCE
+
+
+def is_fence_busy(exc: BaseException) -> bool:
+    """True if `exc` is a clustered stream refusing a fenced write only because another
+    fenced write (or lease update) is in flight: retry it (see the module doc)."""
+    return isinstance(exc, nats.js.errors.APIError) and exc.err_code == SEQUENCE_CHECK_BUSY
+
+
+def _retriable(exc: BaseException) -> bool:
+    return isinstance(exc, _TRANSIENT) or is_fence_busy(exc)
 
 
 def check_server_version(nc: Client) -> None:
@@ -167,7 +186,7 @@ class Lease:
         try:
             seq = await self._publish(rec, expected)
         except nats.js.errors.APIError as exc:
-            if is_fence_refusal(exc):
+            if is_fence_refusal(exc) or is_fence_busy(exc):
                 return False
             raise
         self.seq, self.epoch, self.held = seq, rec.epoch, True
@@ -192,7 +211,9 @@ class Lease:
                 if (rec is None or rec.holder is None or rec.holder == self.holder or expired) \
                         and await self.try_acquire(seq, rec):
                     return True
-            except _TRANSIENT as exc:
+            except Exception as exc:
+                if not _retriable(exc):
+                    raise
                 log.info("lease %s: cannot observe (%s); retrying", self.subject, exc)
             if stop is None:
                 await asyncio.sleep(poll)
@@ -238,7 +259,9 @@ class Lease:
                 await self.renew()
             except LeaseLostError:
                 return
-            except _TRANSIENT as exc:
+            except Exception as exc:
+                if not _retriable(exc):
+                    raise
                 if time.monotonic() - self._renewed_at >= self.ttl:
                     # A standby may have taken over meanwhile; the server would refuse
                     # our writes anyway, but stop trying to write at once.

@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 import msgspec
 import nats.errors
 import nats.js.errors
+import tenacity
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -525,8 +526,19 @@ class Projector:
         if not await self._lease.acquire(stop):
             return False
         # The previous writer may have written anything: reload, then rewrite the differences.
-        self._writer.written.clear()
-        await self._load_written()
+        # (Taking over often happens while the cluster elects a new stream leader: retry.)
+        async for attempt in tenacity.AsyncRetrying(
+                retry=tenacity.retry_if_exception_type(
+                    (nats.errors.Error, nats.js.errors.Error, TimeoutError)),
+                stop=tenacity.stop_after_delay(60), reraise=True,
+                wait=tenacity.wait_exponential(multiplier=0.05, max=1.0),
+                before_sleep=lambda rs: log.warning(
+                    "projector %s: cannot read %s after taking the lease (%r); retrying",
+                    self.projector_id, SNAPSHOT_STREAM,
+                    rs.outcome.exception() if rs.outcome else None)):
+            with attempt:
+                self._writer.written.clear()
+                await self._load_written()
         if self._lazy is not None:
             self._place_lazy(functools.partial(self._lazy.everything, self.state))
         self._dirty.hosts.update(host_names(self.state))
@@ -709,7 +721,13 @@ class Projector:
                 return
             # Initial load done: bring expiry up to now, then write the differences only.
             self._expire(tick())
-            await self._flush()
+            try:
+                await self._flush()
+            except LeaseLostError:
+                pass  # deposed already: back to standby in the loop
+            except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+                # (A cluster electing a leader, a refused write): the loop retries it.
+                log.warning("initial snapshot write failed (%r); retrying", exc)
             if self._gc_freeze:
                 gc.collect()
                 self._freeze_gc()

@@ -19,13 +19,14 @@ from collections.abc import Iterable, Iterator
 
 import nats.errors
 import nats.js.errors
+import tenacity
 from nats.aio.client import Client
 
 from bus import tracing
 from bus.pipeline_publish import PipelinePublisher
 from bus.subjects import DEADLETTER
 from ops.checkpoint_read import RawRecords
-from ops.lease import Lease, is_fence_refusal
+from ops.lease import Lease, is_fence_busy, is_fence_refusal
 from schemas.codec import encode
 from schemas.errors import LeaseLostError
 from schemas.events import DeadLetter
@@ -156,10 +157,30 @@ class SnapshotWriter:
             out = iter(slow)
         while window := list(itertools.islice(out, WRITE_WINDOW)):
             async with self.fenced() as fence:
-                await asyncio.gather(*(self.publish(s, d, fence) for s, d in window))
+                await self._publish_window(window, fence)
         for dl in letters:
             await self._js.publish(DEADLETTER, encode(dl),
                                    headers={"Nats-Msg-Id": f"deadletter/{dl.seq}"})
+
+    async def _publish_window(self, window: list[tuple[str, bytes]],
+                              fence: dict[str, str] | None) -> None:
+        """Write `window` concurrently; fenced writes a clustered stream refused as busy
+        (one fenced write in flight at a time, ops/lease.py) are retried one by one."""
+        results = await asyncio.gather(*(self.publish(s, d, fence) for s, d in window),
+                                       return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for exc in sorted(errors, key=lambda e: not isinstance(e, LeaseLostError)):
+            if not is_fence_busy(exc):
+                raise exc
+        busy = [rec for rec, r in zip(window, results, strict=True)
+                if isinstance(r, BaseException) and is_fence_busy(r)]
+        for s, d in busy:
+            async for attempt in tenacity.AsyncRetrying(
+                    retry=tenacity.retry_if_exception(is_fence_busy), reraise=True,
+                    stop=tenacity.stop_after_attempt(10),
+                    wait=tenacity.wait_exponential(multiplier=0.002, max=0.2)):
+                with attempt:
+                    await self.publish(s, d, fence)
 
     async def _pipelined(self, records: Iterable[tuple[str, bytes]],
                          slow: list[tuple[str, bytes]]) -> None:

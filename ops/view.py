@@ -89,6 +89,7 @@ from schemas.catalog import Catalog
 from schemas.codec import DECODERS
 from schemas.errors import CrrError, CrrTimeoutError, NotReadyError, SubjectError
 from schemas.snapshot import ClusterSnapshot, ProjectorStatus
+from schemas.timestamps import parse_time
 
 log = logging.getLogger("crr.view")
 
@@ -321,6 +322,20 @@ class SchedulerView:
         have not all written a status yet.  A reload starts again from what it loaded.
         """
         return self._projector_position
+
+    def status_age(self, now: float | None = None) -> float | None:
+        """Seconds since the oldest current projector status the view holds was written.
+
+        Each projector (each partition) rewrites its status record every second
+        (`last_tick`, its wall clock), so an age of more than a few seconds says the
+        view is behind — cut off from the stream, or no projector is writing — and its
+        answers may come from a frozen snapshot.  None before any status arrived.
+        """
+        statuses = self.projectors or ([self.projector] if self.projector else [])
+        if not statuses:
+            return None
+        oldest = min(parse_time(st.last_tick) for st in statuses)
+        return (self._clock() if now is None else now) - oldest
 
     async def wait_until(self, events_seq: int, timeout: float = 10.0) -> None:
         """Wait until the view reflects every event up to CRR_EVENTS sequence `events_seq`.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 from types import TracebackType
+from typing import Protocol
 
 from bus.server import NatsServer
 
@@ -48,6 +49,12 @@ cluster {{
   routes: [{route_urls}]
 }}
 """
+
+
+class NodeIndex(Protocol):
+    """A cluster whose nodes can be found by server name (loopback or Docker)."""
+
+    def index(self, server_name: str) -> int: ...
 
 
 class NatsCluster:

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js.api import StreamConfig
 
 from bus.connection import open_connection
@@ -16,6 +17,7 @@ from bus.server import NatsServer
 from bus.streams import StreamSettings, ensure_stream, events_config, provision
 from bus.subjects import EVENTS_STREAM, event_subject, parse_event_subject, token, untoken
 from schemas.errors import NotConnectedError, StreamConfigError
+from tests.fault_support import eventually
 
 
 def test_token_examples() -> None:
@@ -104,3 +106,34 @@ async def test_outbox_dedups_resends(nc: Client) -> None:
     info = await nc.jetstream().stream_info(EVENTS_STREAM)
     assert info.state.messages == 1
     assert isinstance(info.config, StreamConfig)
+
+
+async def test_outbox_resends_an_unanswered_message_before_a_newer_one(nc: Client) -> None:
+    """A publish that got no answer (an ack timeout: it may still be stored, e.g. by a server
+    cut off from its cluster) is resent with its id before a newer value on its subject; a
+    late copy of it is then a duplicate, and the stream ends with the newer value."""
+    got: list[bytes] = []
+
+    async def silent(msg: Msg) -> None:  # interest but no ack: the publish times out
+        got.append(msg.data)
+
+    sub = await nc.subscribe("test.unsure.x", cb=silent)
+    outbox = Outbox(nc, ack_timeout=0.3)
+    await outbox.start()
+    try:
+        outbox.put("test.unsure.x", b"old", msg_id="x/1")
+        await eventually(lambda: outbox.stats.retried > 0, 10, "the first publish timed out")
+        outbox.put("test.unsure.x", b"new", msg_id="x/2")
+        await sub.unsubscribe()
+        await nc.jetstream().add_stream(StreamConfig(name="UNSURE", subjects=["test.unsure.>"]))
+        await outbox.flush(10)
+    finally:
+        await outbox.close()
+    js = nc.jetstream()
+    late = await js.publish("test.unsure.x", b"old", headers={"Nats-Msg-Id": "x/1"})
+    assert late.duplicate  # the copy delivered late is dropped
+    stored = [(await js.get_msg("UNSURE", seq)).data for seq in (1, 2)]
+    assert stored == [b"old", b"new"]
+    assert (await js.stream_info("UNSURE")).state.messages == 2
+    assert got  # the first attempt was sent
+    assert outbox.stats.superseded == 0

@@ -45,7 +45,7 @@ from schemas.errors import CrrTimeoutError
 from schemas.events import Report
 from schemas.snapshot import ProjectorStatus
 from schemas.timestamps import format_time
-from tests.cluster_support import NatsCluster
+from tests.cluster_support import NatsCluster, NodeIndex
 from tests.fault_support import CrrProcess, eventually, stored_events
 from tests.projector_support import FAST_CATALOG, publish_catalog
 from tests.test_cluster import all_replicas_current
@@ -115,7 +115,7 @@ async def projector_nodes(cluster: NatsCluster, monitor: list[int]) -> list[int]
     return sorted(out)
 
 
-async def stream_leader(cluster: NatsCluster, nc: Client, stream: str) -> int:
+async def stream_leader(cluster: NodeIndex, nc: Client, stream: str) -> int:
     """Index of the node leading `stream` (retried while an election or a restart is on)."""
     async def leader() -> int | None:
         info = await nc.jetstream(timeout=2.0).stream_info(stream)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -233,3 +234,23 @@ async def _publish_when_back(nc: Client, host: str, free: float) -> int:
         with attempt:
             ack = await js.publish(event_subject("report", "scratch", host), body)
     return int(ack.seq)
+
+
+async def test_status_age_says_when_the_view_is_behind(nc: Client, view: SchedulerView) -> None:
+    """status_age: None before any projector status; small while the projector rewrites its
+    status every interval; the time since its last status once nothing new arrives (a
+    stopped projector, or a view cut off from the stream, serves a frozen snapshot)."""
+    await view.start()
+    await view.wait_ready(5)
+    assert view.status_age() is None
+    async with running_projector(nc) as p:
+        seq = await populate(nc, HOSTS[:2])
+        await p.wait_until(seq)
+        await view.wait_until(seq)
+        age = view.status_age()
+        assert age is not None
+        assert -1.0 < age < 3.0
+    now = time.time()
+    frozen = view.status_age(now)
+    assert frozen is not None
+    assert view.status_age(now + 30.0) == pytest.approx(frozen + 30.0)
