@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from projections.freshness import freshness_at
 from projections.host_table import (
     ABSENT,
     FRESH,
@@ -18,7 +19,6 @@ from projections.host_table import (
     HostTable,
     expires_many,
     expires_seconds,
-    freshness_at,
     normalize,
 )
 from schemas.catalog import Catalog
