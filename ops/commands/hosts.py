@@ -1,16 +1,25 @@
-"""`crr hosts [HOST…] [--json]`: the current snapshot of hosts."""
+"""`crr hosts [HOST…] [--json]`: the current snapshot of hosts, as it is now.
+
+Values past their `expires_at` show as stale (`projections.freshness`),
+whether or not the projector wrote them so; a line says how alive the
+projector is (on stderr with `--json`, whose stdout stays a HostSnapshot
+array), and a warning when it is silent.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any
 
 import msgspec
 
 from bus.connection import connect
+from ops.liveness import liveness_now
 from ops.snapshot_reader import read_snapshot
 from ops.table import LEGEND, render_hosts
+from projections.freshness import cluster_at, host_at
 from schemas.errors import CrrError
 
 
@@ -27,6 +36,11 @@ async def run(args: argparse.Namespace) -> int:
     async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
                        name="crr-hosts") as nc:
         contents = await read_snapshot(nc)
+    now = time.time()
+    live = liveness_now(contents.projectors)
+    contents.hosts = {name: host_at(snap, now) for name, snap in contents.hosts.items()}
+    if contents.cluster is not None:
+        contents.cluster = cluster_at(contents.cluster, now)
     selected = sorted(contents.hosts.values(), key=lambda h: h.host)
     if args.hosts:
         missing = [h for h in args.hosts if h not in contents.hosts]
@@ -35,13 +49,17 @@ async def run(args: argparse.Namespace) -> int:
         selected = [contents.hosts[h] for h in sorted(set(args.hosts))]
     if args.json:
         sys.stdout.buffer.write(msgspec.json.encode(selected, order="sorted") + b"\n")
+        if live.state != "live":
+            print(f"crr hosts: warning: projector {live.detail}", file=sys.stderr)
         return 0
     if not selected:
         print("no hosts in the snapshot yet (is a projector running, and a catalog applied?)")
+        print(f"projector: {live.detail}")
         return 0
     resources = sorted(contents.catalog.resources) if contents.catalog else None
     host_res = [r for r in (resources or []) if contents.catalog is not None
                 and contents.catalog.resources[r].scope == "host"] or None
     print(render_hosts(selected, contents.cluster, host_res))
     print(LEGEND)
+    print(f"projector: {live.detail}")
     return 0
