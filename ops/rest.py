@@ -62,6 +62,7 @@ from bus.subjects import (
     untoken,
 )
 from ops.liveness import silent_after as configured_silent_after
+from ops.metrics import ViewMetrics
 from ops.reporter_health import ReporterHealth, reporter_rows
 from ops.view import SchedulerView
 from projections.freshness import ProjectorLiveness, cluster_at, host_at, projector_liveness
@@ -211,6 +212,7 @@ class Api:
         self.closing = asyncio.Event()
         """Set on shutdown: open event streams end."""
         self.page_loads = 0
+        self.metrics = ViewMetrics(view, self.liveness)
 
     def liveness(self, now: float | None = None) -> ProjectorLiveness:
         """The projector's liveness at `now` (default: the clock), from the view's records."""

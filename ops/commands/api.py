@@ -16,7 +16,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                        help="the REST API (OpenAPI at /schema/openapi.json) and status page (/)")
     p.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT",
                    help="address to serve on (default 127.0.0.1:8080; port 0: any)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, serve_metrics=True)
 
 
 async def run(args: argparse.Namespace) -> int:
