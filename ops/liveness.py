@@ -8,6 +8,7 @@ is its IO edge: the wall clock, and the threshold from
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Mapping, Sequence
 
@@ -38,3 +39,12 @@ def liveness_now(statuses: Sequence[ProjectorStatus],
     """`projector_liveness` of the current layout's status records at the wall clock."""
     return projector_liveness(statuses, time.time(),
                               silent_after() if threshold is None else threshold)
+
+
+def warn_unless_live(statuses: Sequence[ProjectorStatus], command: str) -> ProjectorLiveness:
+    """The liveness now; a one-line warning on stderr when the projector is not live (for
+    listings whose stdout has a fixed shape: `--json`, `crr select`)."""
+    live = liveness_now(statuses)
+    if live.state != "live":
+        print(f"crr {command}: warning: projector {live.detail}", file=sys.stderr)
+    return live

@@ -168,7 +168,7 @@ async def test_every_surface_tells_a_stopped_projector_and_stale_values(
     snaps = json.loads(out)
     assert snaps[0]["values"]["scratch_free"]["state"] == "stale"
     assert snaps[0]["values"]["scratch_free"]["last_value"] == 812.5
-    assert "projector silent" in err
+    assert "crr hosts: warning: projector silent" in err
     code, out, _ = await cli(capsys, "hosts", *server)
     assert code == 0
     assert "~812.5" in out
@@ -179,12 +179,14 @@ async def test_every_surface_tells_a_stopped_projector_and_stale_values(
     code, out, err = await cli(capsys, "health", "--json", *server)
     assert code == 1
     assert all(not row["failing"] for row in json.loads(out))
-    assert "projector silent" in err
-    code, out, _ = await cli(capsys, "select", "scratch_free > 0", "--json", *server)
+    assert "crr health: warning: projector silent" in err
+    code, out, err = await cli(capsys, "select", "scratch_free > 0", "--json", *server)
     assert (code, json.loads(out)) == (0, [])
-    code, out, _ = await cli(capsys, "explain", "scratch_free > 0", "--host", "node1", *server)
+    assert "crr select: warning: projector silent" in err
+    code, out, err = await cli(capsys, "explain", "scratch_free > 0", "--host", "node1", *server)
     assert code == 0
     assert "stale" in out
+    assert "crr explain: warning: projector silent" in err
 
 
 async def test_healthz_says_when_nats_is_unreachable(nats_server: NatsServer) -> None:

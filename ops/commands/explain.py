@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 
 from bus.connection import connect
+from ops.liveness import warn_unless_live
 from ops.view import loaded_view
 
 
@@ -29,6 +30,7 @@ async def run(args: argparse.Namespace) -> int:
                         name="crr-explain") as nc,
                 loaded_view(nc) as view):
         why = view.explain(args.expr, args.host)
+        warn_unless_live(view.projectors, "explain")
     if args.json:
         sys.stdout.buffer.write(msgspec.json.encode(why) + b"\n")
     else:

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from bus.connection import connect
-from ops.liveness import liveness_now
+from ops.liveness import liveness_now, warn_unless_live
 from ops.reporter_health import ReporterHealth, reporter_rows
 from ops.snapshot_reader import read_snapshot
 
@@ -68,14 +68,13 @@ async def run(args: argparse.Namespace) -> int:
     async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
                        name="crr-health") as nc:
         contents = await read_snapshot(nc)
-    live = liveness_now(contents.projectors)
+    live = (warn_unless_live(contents.projectors, "health") if args.json
+            else liveness_now(contents.projectors))
     rows = reporter_rows(contents.hosts.values(), contents.cluster)
     if args.reporter:
         rows = [r for r in rows if r.reporter in set(args.reporter)]
     if args.json:
         sys.stdout.buffer.write(msgspec.json.encode(rows) + b"\n")
-        if live.state != "live":
-            print(f"crr health: projector {live.detail}", file=sys.stderr)
     else:
         if not rows:
             print("no reporter has reported yet (is a projector running, and a catalog applied?)")

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from bus.connection import connect
-from ops.liveness import liveness_now
+from ops.liveness import liveness_now, warn_unless_live
 from ops.snapshot_reader import read_snapshot
 from ops.table import LEGEND, render_hosts
 from projections.freshness import cluster_at, host_at
@@ -51,7 +51,8 @@ async def run(args: argparse.Namespace) -> int:
                        name="crr-hosts") as nc:
         contents = await read_snapshot(nc)
     now = time.time()
-    live = liveness_now(contents.projectors)
+    live = (warn_unless_live(contents.projectors, "hosts") if args.json
+            else liveness_now(contents.projectors))
     contents.hosts = {name: host_at(snap, now) for name, snap in contents.hosts.items()}
     if contents.cluster is not None:
         contents.cluster = cluster_at(contents.cluster, now)
@@ -63,8 +64,6 @@ async def run(args: argparse.Namespace) -> int:
         selected = [contents.hosts[h] for h in sorted(set(args.hosts))]
     if args.json:
         sys.stdout.buffer.write(msgspec.json.encode(selected, order="sorted") + b"\n")
-        if live.state != "live":
-            print(f"crr hosts: warning: projector {live.detail}", file=sys.stderr)
         return 0
     if not selected:
         print("no hosts in the snapshot yet (is a projector running, and a catalog applied?)")

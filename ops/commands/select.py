@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from bus.connection import connect
+from ops.liveness import warn_unless_live
 from ops.view import loaded_view
 
 
@@ -26,6 +27,7 @@ async def run(args: argparse.Namespace) -> int:
                         name="crr-select") as nc,
                 loaded_view(nc) as view):
         hosts = view.select(args.expr)
+        warn_unless_live(view.projectors, "select")
     if args.json:
         print(json.dumps(hosts))
     elif hosts:
