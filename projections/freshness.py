@@ -28,8 +28,8 @@ stopped, stuck or cut off from NATS.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Final, Literal
+from collections.abc import Callable, Sequence
+from typing import Final, Literal, TypeVar
 
 import msgspec
 
@@ -80,46 +80,39 @@ def inventory_at(entry: InventoryEntry, now: float) -> InventoryEntry:
     return msgspec.structs.replace(entry, state="stale", stale_since=entry.expires_at)
 
 
-def _values_at(values: dict[str, ValueEntry], now: float) -> dict[str, ValueEntry] | None:
-    out: dict[str, ValueEntry] | None = None
-    for name, entry in values.items():
-        at = entry_at(entry, now)
-        if at is not entry:
-            if out is None:
-                out = dict(values)
-            out[name] = at
-    return out
+_Entry = TypeVar("_Entry", ValueEntry, InventoryEntry)
+_Record = TypeVar("_Record", HostSnapshot, ClusterSnapshot)
 
 
-def _inventory_at(inv: dict[str, InventoryEntry], now: float) -> dict[str, InventoryEntry] | None:
-    out: dict[str, InventoryEntry] | None = None
-    for name, entry in inv.items():
-        at = inventory_at(entry, now)
-        if at is not entry:
+def _entries_at(entries: dict[str, _Entry], now: float,
+                at: Callable[[_Entry, float], _Entry]) -> dict[str, _Entry]:
+    """`entries` with `at` applied (the same dict when nothing changed)."""
+    out: dict[str, _Entry] | None = None
+    for name, entry in entries.items():
+        changed = at(entry, now)
+        if changed is not entry:
             if out is None:
-                out = dict(inv)
-            out[name] = at
-    return out
+                out = dict(entries)
+            out[name] = changed
+    return entries if out is None else out
+
+
+def _record_at(snap: _Record, now: float) -> _Record:
+    values = _entries_at(snap.values, now, entry_at)
+    inventory = _entries_at(snap.inventory, now, inventory_at)
+    if values is snap.values and inventory is snap.inventory:
+        return snap
+    return msgspec.structs.replace(snap, values=values, inventory=inventory)
 
 
 def host_at(snap: HostSnapshot, now: float) -> HostSnapshot:
     """A host record with every value and inventory as it is at `now` (same shape)."""
-    values = _values_at(snap.values, now)
-    inventory = _inventory_at(snap.inventory, now)
-    if values is None and inventory is None:
-        return snap
-    return msgspec.structs.replace(snap, values=snap.values if values is None else values,
-                                   inventory=snap.inventory if inventory is None else inventory)
+    return _record_at(snap, now)
 
 
 def cluster_at(snap: ClusterSnapshot, now: float) -> ClusterSnapshot:
     """The cluster record as it is at `now` (see `host_at`)."""
-    values = _values_at(snap.values, now)
-    inventory = _inventory_at(snap.inventory, now)
-    if values is None and inventory is None:
-        return snap
-    return msgspec.structs.replace(snap, values=snap.values if values is None else values,
-                                   inventory=snap.inventory if inventory is None else inventory)
+    return _record_at(snap, now)
 
 
 LivenessState = Literal["live", "silent", "absent"]

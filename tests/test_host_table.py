@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections.freshness import freshness_at
 from projections.host_table import (
     ABSENT,
     FRESH,
@@ -135,16 +134,6 @@ def test_expiry_at_now_is_stale() -> None:
     assert free.stale(NOW)[row]
     assert load.known(NOW)[row]
     assert not load.known(NOW + 44)[row]  # expires_at == now counts as expired
-
-
-def test_freshness_at() -> None:
-    """freshness_at follows the documented rule."""
-    assert freshness_at(ABSENT, math.inf, NOW) == "never_reported"
-    assert freshness_at(FRESH, NOW + 1, NOW) == "fresh"
-    assert freshness_at(FRESH, NOW, NOW) == "stale"
-    assert freshness_at(NULL, NOW + 1, NOW) == "unknown"
-    assert freshness_at(NULL, NOW - 1, NOW) == "stale"
-    assert freshness_at(STALE, NOW + 1, NOW) == "stale"
 
 
 def test_cluster_values() -> None:
