@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import msgspec
 from hypothesis import given
@@ -15,7 +16,7 @@ from projections.freshness import (
     projector_liveness,
     value_state,
 )
-from projections.host_table import ABSENT, FRESH, NULL, STALE, expires_seconds
+from projections.host_table import ABSENT, FRESH, NULL, STALE, entry_code, expires_seconds
 from schemas.events import Pool
 from schemas.snapshot import (
     AsOf,
@@ -26,6 +27,10 @@ from schemas.snapshot import (
     ValueEntry,
 )
 from schemas.timestamps import format_time
+from tests.test_select_support import NOW as SELECT_NOW
+from tests.test_select_support import NULL as NULL_SPEC
+from tests.test_select_support import STALE as STALE_SPEC
+from tests.test_select_support import Expired, make_table
 
 T0 = 1_790_000_000.0
 RANK = {"fresh": 0, "unknown": 0, "stale": 1}
@@ -170,3 +175,29 @@ def test_liveness_cases() -> None:
     missing = projector_liveness(parts, T0, 15)
     assert (missing.state, missing.lag, missing.expected) == ("silent", 3, 3)
     assert "1 of 3 partition(s)" in missing.detail
+
+
+value_specs = st.one_of(st.floats(0, 100), st.just(NULL_SPEC), st.just(STALE_SPEC),
+                        st.floats(0, 100).map(Expired))
+
+
+@given(st.dictionaries(st.sampled_from(["n1", "n2", "n3"]), value_specs, min_size=1),
+       st.floats(-120, 120))
+def test_select_columns_and_host_at_agree_with_the_rule(values: dict[str, Any],
+                                                        offset: float) -> None:
+    """The numpy columns `select[]` evaluates (`Column.known`/`stale`) and the records every
+    other surface shows (`host_at`) give each value the state `freshness_at` gives it."""
+    now = SELECT_NOW + offset
+    table = make_table({h: {"free": v} for h, v in values.items()})
+    col = table.column("free")
+    assert col is not None
+    for host in values:
+        row = table.row_of(host)
+        snap = table.get(host)
+        assert row is not None
+        assert snap is not None
+        code, expires, _ = entry_code("numeric", snap.values["free"])
+        rule = freshness_at(code, expires, now)
+        assert bool(col.known(now)[row]) == (rule == "fresh")
+        assert bool(col.stale(now)[row]) == (rule == "stale")
+        assert host_at(snap, now).values["free"].state == rule
