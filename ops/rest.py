@@ -65,7 +65,13 @@ from ops.liveness import silent_after as configured_silent_after
 from ops.metrics import ViewMetrics
 from ops.reporter_health import ReporterHealth, reporter_rows
 from ops.view import SchedulerView
-from projections.freshness import ProjectorLiveness, cluster_at, host_at, projector_liveness
+from projections.freshness import (
+    ProjectorLiveness,
+    cluster_at,
+    earliest_expiry,
+    host_at,
+    projector_liveness,
+)
 from projections.select import Explanation
 from schemas.catalog import ResourceSpec
 from schemas.errors import CrrError, ExpressionError, NotReadyError, SubjectError
@@ -186,8 +192,7 @@ def _current_status(view: SchedulerView, subject: str) -> ProjectorStatus | None
 
 
 def _filter_host(snap: HostSnapshot, resources: Sequence[str] | None,
-                 state: ValueState | None, now: float) -> HostSnapshot | None:
-    snap = host_at(snap, now)
+                 state: ValueState | None) -> HostSnapshot | None:
     values = snap.values
     if resources:
         values = {k: v for k, v in values.items() if k in resources}
@@ -213,6 +218,18 @@ class Api:
         """Set on shutdown: open event streams end."""
         self.page_loads = 0
         self.metrics = ViewMetrics(view, self.liveness)
+        self._expiry: dict[str, tuple[HostSnapshot, float]] = {}
+        """host -> (the record last served, its `earliest_expiry`): most records need no
+        work at `now` (see `host_now`)."""
+
+    def host_now(self, snap: HostSnapshot, now: float) -> HostSnapshot:
+        """`host_at(snap, now)`, skipping records with nothing due yet (cached per record)."""
+        cached = self._expiry.get(snap.host)
+        if cached is None or cached[0] is not snap:
+            if len(self._expiry) > 2 * len(self.view.table) + 1024:
+                self._expiry.clear()  # forgotten hosts: start over rather than grow
+            cached = self._expiry[snap.host] = (snap, earliest_expiry(snap))
+        return snap if now < cached[1] else host_at(snap, now)
 
     def liveness(self, now: float | None = None) -> ProjectorLiveness:
         """The projector's liveness at `now` (default: the clock), from the view's records."""
@@ -274,7 +291,7 @@ class Api:
                 snap = view.table.get(name)
                 if snap is None:
                     continue
-                kept = _filter_host(snap, resource, value_state, now)
+                kept = _filter_host(api.host_now(snap, now), resource, value_state)
                 if kept is not None:
                     out.append(kept)
             return out
@@ -287,7 +304,7 @@ class Api:
             snap = view.table.get(host)
             if snap is None:
                 raise NotFoundException(f"no snapshot for host {host!r}")
-            return host_at(snap, time.time())
+            return api.host_now(snap, time.time())
 
         @get("/v1/cluster", tags=["hosts"], summary="Cluster-scope values")
         async def cluster() -> ClusterSnapshot:
@@ -379,7 +396,7 @@ class Api:
             except SubjectError:
                 return None
             snap = view.table.get(name)
-            data = (msgspec.json.encode(host_at(snap, time.time())) if snap is not None
+            data = (msgspec.json.encode(self.host_now(snap, time.time())) if snap is not None
                     else msgspec.json.encode({"host": name, "removed": True}))
             return ServerSentEventMessage(event="host", data=data.decode())
         if subject == SNAPSHOT_CLUSTER and view.cluster is not None:

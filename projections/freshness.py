@@ -105,6 +105,15 @@ def _record_at(snap: _Record, now: float) -> _Record:
     return msgspec.structs.replace(snap, values=values, inventory=inventory)
 
 
+def earliest_expiry(snap: HostSnapshot | ClusterSnapshot) -> float:
+    """The first `expires_at` of a value or inventory not yet stale (+inf: none):
+    before it, `host_at(snap, now)` is `snap` itself (readers cache this per record)."""
+    times = [expires_seconds(e.expires_at) for e in snap.values.values() if e.state != "stale"]
+    times += [expires_seconds(e.expires_at) for e in snap.inventory.values()
+              if e.state != "stale"]
+    return min(times, default=math.inf)
+
+
 def host_at(snap: HostSnapshot, now: float) -> HostSnapshot:
     """A host record with every value and inventory as it is at `now` (same shape)."""
     return _record_at(snap, now)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from projections.freshness import (
     cluster_at,
+    earliest_expiry,
     freshness_at,
     host_at,
     projector_liveness,
@@ -104,6 +105,10 @@ def test_host_at_applies_the_rule_and_keeps_the_shape(snap: HostSnapshot, a: flo
             assert at.values[name].stale_since == entry.expires_at
     assert msgspec.json.decode(msgspec.json.encode(at), type=HostSnapshot) == at
     assert host_at(at, early) == at
+    if early < earliest_expiry(snap):  # what readers cache: nothing due yet
+        assert at is snap
+    else:
+        assert at != snap
     stale_early = {n for n, e in at.values.items() if e.state == "stale"}
     stale_late = {n for n, e in host_at(snap, late).values.items() if e.state == "stale"}
     assert stale_early <= stale_late
