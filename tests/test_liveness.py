@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -22,11 +19,10 @@ from nats.aio.client import Client
 from bus.server import NatsServer
 from ops.cli import main
 from ops.liveness import SILENT_AFTER_ENV
-from ops.rest import Api, bind, create_app, serve
-from ops.view import SchedulerView
 from schemas.catalog_loader import load_catalog_text
 from tests.fault_support import eventually
 from tests.projector_support import publish_catalog, publish_report, running_projector
+from tests.rest_support import served_api
 
 SHORT_YAML = """
 version: 1
@@ -38,33 +34,6 @@ reporters:
   flexlm:  {type: external, interval: 1s}
 """
 SILENT_AFTER = 1.0
-
-
-@dataclass
-class Served:
-    """An API over a view, served on a free port (independent of any projector)."""
-
-    url: str
-    view: SchedulerView
-    api: Api
-
-
-@asynccontextmanager
-async def served_api(nc: Client) -> AsyncIterator[Served]:
-    """The REST app over a loaded view, liveness threshold `SILENT_AFTER`, events every 0.2 s."""
-    view = SchedulerView(nc, idle_heartbeat=0.5)
-    await view.start()
-    await view.wait_ready(10)
-    app, api = create_app(view, silent_after=SILENT_AFTER, liveness_interval=0.2)
-    sock = bind("127.0.0.1:0")
-    stop = asyncio.Event()
-    server = asyncio.create_task(serve(app, api, sock, stop))
-    try:
-        yield Served(f"http://127.0.0.1:{sock.getsockname()[1]}", view, api)
-    finally:
-        stop.set()
-        await asyncio.wait_for(server, 10)
-        await view.stop()
 
 
 async def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -101,7 +70,8 @@ async def test_every_surface_tells_a_stopped_projector_and_stale_values(
         await publish_report(nc, "flexlm", None, {"matlab_free": 4.0})
         seq = await publish_report(nc, "scratch", "node1", {"scratch_free": 812.5})
         await projector.wait_until(seq, 10)
-        async with served_api(nc) as rig, httpx.AsyncClient(base_url=rig.url) as http:
+        async with served_api(nc, silent_after=SILENT_AFTER) as rig, \
+                httpx.AsyncClient(base_url=rig.url) as http:
             await rig.view.wait_until(seq, 10)
             ok = await http.get("/healthz")
             assert ok.status_code == 200, ok.text
@@ -110,7 +80,8 @@ async def test_every_surface_tells_a_stopped_projector_and_stale_values(
             live = await sse_event(rig.url, "liveness")
             assert live["state"] == "live"
     # The projector is stopped; its last writes said "fresh".  A new API and the CLI now.
-    async with served_api(nc) as rig, httpx.AsyncClient(base_url=rig.url) as http:
+    async with served_api(nc, silent_after=SILENT_AFTER) as rig, \
+            httpx.AsyncClient(base_url=rig.url) as http:
 
         async def unhealthy() -> httpx.Response | None:
             r = await http.get("/healthz")
@@ -197,7 +168,8 @@ async def test_healthz_says_when_nats_is_unreachable(nats_server: NatsServer) ->
     async with connect(nats_server.url, name="crr-test", attempts=None) as nc:
         await provision(nc)
         await publish_catalog(nc, load_catalog_text(SHORT_YAML))
-        async with running_projector(nc, status_interval=0.2), served_api(nc) as rig, \
+        async with running_projector(nc, status_interval=0.2), \
+                served_api(nc, silent_after=SILENT_AFTER) as rig, \
                 httpx.AsyncClient(base_url=rig.url) as http:
             assert (await http.get("/healthz")).status_code == 200
             await asyncio.to_thread(nats_server.stop)
