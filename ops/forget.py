@@ -40,6 +40,7 @@ from nats.aio.client import Client
 
 from bus.ordered import OrderedReader, StoredMessage
 from bus.subjects import (
+    ADMIN_HOST_PREFIX,
     EVENTS_STREAM,
     SNAPSHOT_PROJECTOR,
     SNAPSHOT_STREAM,
@@ -93,8 +94,10 @@ async def _has_record(nc: Client, host: str) -> bool:
 
 
 async def _stored_events(nc: Client, host: str) -> int:
+    """Events of `host` in CRR_EVENTS (earlier Forgets not counted)."""
     info = await nc.jetstream().stream_info(EVENTS_STREAM, subjects_filter=_host_filter(host))
-    return sum((info.state.subjects or {}).values())
+    return sum(n for s, n in (info.state.subjects or {}).items()
+               if not s.startswith(ADMIN_HOST_PREFIX))
 
 
 async def _purge(nc: Client, host: str, before_seq: int) -> int:

@@ -146,6 +146,28 @@ async def test_forget_end_to_end(nc: Client, nats_url: str,
         assert snap.hosts["node1"].values["scratch_free"].value == 1.0
 
 
+async def test_forget_with_no_projector_running(nc: Client, nats_url: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """No projector applies it in time: exit 1 saying so, the events are purged all the
+    same; the next projector applies it (the record goes); forgetting again: unknown."""
+    server = ["--server", nats_url]
+    await publish_catalog(nc)
+    async with running_projector(nc) as projector:
+        seq = await publish_report(nc, "scratch", "node1", {"scratch_free": 1.0})
+        await projector.wait_until(seq, 10)
+    code, out, err = await cli(["hosts", "forget", "node1", "--wait", "0.5", *server], capsys)
+    assert code == 1
+    assert "snapshot record NOT removed yet; 1 event(s) purged" in out
+    assert "goes when a projector runs" in err
+    assert "node1" in (await read_snapshot(nc)).hosts
+    async with running_projector(nc) as later:
+        assert "node1" not in later.state.hosts
+        assert "node1" not in (await read_snapshot(nc)).hosts
+        code, out, err = await cli(["hosts", "forget", "node1", *server], capsys)
+        assert code == 1
+        assert "unknown host 'node1'" in err
+
+
 async def test_forget_on_a_partitioned_stream(nats_url: str,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     """Partitioned layout: events stored with a partition token are purged, and the
