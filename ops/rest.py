@@ -72,7 +72,7 @@ from projections.freshness import (
     host_at,
     projector_liveness,
 )
-from projections.select import Explanation
+from projections.select import Explanation, Section
 from schemas.catalog import ResourceSpec
 from schemas.errors import CrrError, ExpressionError, NotReadyError, SubjectError
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus, ValueState
@@ -109,6 +109,11 @@ class SelectResult(msgspec.Struct, frozen=True, kw_only=True):
     at: float
     """The `now` (epoch seconds) the expression was evaluated at."""
     explanation: Explanation | None = None
+    ignored_sections: list[Section] = msgspec.field(default_factory=list)
+    """For a whole LSF requirement string: its sections other than select (`rusage[...]`,
+    `order[...]`, …), which are the scheduler's and were not evaluated."""
+    note: str | None = None
+    """Says so in one line when `ignored_sections` is not empty."""
 
 
 class HealthProblem(msgspec.Struct, frozen=True, kw_only=True):
@@ -335,7 +340,9 @@ class Api:
         @get("/v1/select", tags=["select"], summary="Hosts matching a select[] expression")
         async def select(
             expr: Annotated[str, QueryParameter(
-                description="the expression, bare or wrapped: scratch_free > 100")],
+                description="the expression, bare or wrapped (scratch_free > 100), or a whole "
+                            "LSF requirement string (select[...] rusage[...] …: only the "
+                            "select section is evaluated)")],
             explain: Annotated[bool, QueryParameter(
                 description="also explain why `host` matches or not")] = False,
             host: Annotated[str | None, QueryParameter(
@@ -350,7 +357,9 @@ class Api:
                     raise ValidationException("explain=true needs host=<name>")
                 explanation = view.explain(expr, host, now)
             return SelectResult(expression=expr, hosts=view.select(compiled, now), at=now,
-                                explanation=explanation)
+                                explanation=explanation,
+                                ignored_sections=list(compiled.ignored_sections),
+                                note=compiled.note)
 
         @get("/v1/projector", tags=["health"],
              summary="The projector's liveness (last status age, lag) and status records")
