@@ -37,6 +37,7 @@ from tests.projector_support import (
     running_projector,
 )
 from tests.security_support import secure_rig
+from tests.test_ha import TAKEOVER_BOUND, pair
 from tests.test_replay import cli
 
 T0 = 1_790_000_000.0
@@ -231,3 +232,23 @@ async def test_forget_needs_the_admin_role(tmp_path: Path,
         assert code == 0, err
         assert out.startswith("forgot host nodeA: snapshot record removed")
         assert "nodeA" not in (await rig.settle()).hosts
+
+
+async def test_forget_while_the_writer_is_down_in_ha(nc: Client, nats_url: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """HA: the writer crashes, then a host is forgotten; the warm standby (which held the host
+    in memory) folds the Forget, takes the lease and writes the delete marker."""
+    await publish_catalog(nc)
+    async with pair(nc) as (a, b):
+        await publish_report(nc, "scratch", "node1", {"scratch_free": 1.0})
+        seq = await publish_report(nc, "scratch", "node2", {"scratch_free": 2.0})
+        await a.projector.wait_until(seq, 10)
+        await eventually(lambda: "node1" in b.projector.state.hosts, 10, "standby warm")
+        await a.crash()
+        code, out, err = await cli(["hosts", "forget", "node1", "--wait",
+                                    str(TAKEOVER_BOUND + 10), "--server", nats_url], capsys)
+        assert code == 0, out + err
+        assert out.startswith("forgot host node1: snapshot record removed; 1 event(s) purged")
+        assert b.lease.held
+        assert "node1" not in b.projector.state.hosts
+        assert set((await read_snapshot(nc)).hosts) == {"node2"}
