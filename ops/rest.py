@@ -228,7 +228,10 @@ class Api:
         work at `now` (see `host_now`)."""
 
     def host_now(self, snap: HostSnapshot, now: float) -> HostSnapshot:
-        """`host_at(snap, now)`, skipping records with nothing due yet (cached per record)."""
+        """`host_at(snap, now)`, skipping records with nothing due yet (cached per record;
+        a lean row is decoded anew on every `get`, so it is not cached)."""
+        if self.view.table.record(snap.host) is not None:
+            return host_at(snap, now)
         cached = self._expiry.get(snap.host)
         if cached is None or cached[0] is not snap:
             if len(self._expiry) > 2 * len(self.view.table) + 1024:
