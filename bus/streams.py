@@ -3,11 +3,15 @@
 Safe to re-run: a stream that exists with the same settings is left alone;
 one whose settings conflict with what crr needs is reported (StreamConfigError
 listing each difference), never silently changed — unless the operator asks
-for `update=True` (for settings JetStream can change in place).
+for `update=True` (for settings JetStream can change in place).  One change is
+made without asking: subjects a newer crr captures that an existing stream
+lacks (e.g. `crr.v1.admin.>`) are added in place, nothing else touched —
+adding subjects changes no stored message and no reader's meaning.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -200,6 +204,17 @@ async def ensure_stream(nc: Client, want: StreamConfig, *, update: bool = False)
     diffs = _differences(want, info.config, update=update)
     if not diffs:
         return "unchanged"
+    have_subjects = set(info.config.subjects or [])
+    if (not update and diffs == [d for d in diffs if d.startswith(f"{want.name}.subjects:")]
+            and have_subjects < set(want.subjects or [])):
+        added = sorted(set(want.subjects or []) - have_subjects)
+        try:
+            await js.update_stream(dataclasses.replace(
+                info.config, subjects=[*(info.config.subjects or []), *added]))
+        except nats.js.errors.APIError as exc:
+            raise StreamConfigError(f"cannot add subjects {added} to {want.name}: "
+                                    f"{exc.description}") from exc
+        return "updated"
     if not update:
         raise StreamConfigError(
             "stream exists with conflicting settings (re-run with --update to change them): "

@@ -20,6 +20,8 @@ SNAPSHOT_CATALOG = f"{PREFIX}.snapshot.catalog"
 SNAPSHOT_CLUSTER = f"{PREFIX}.snapshot.cluster"
 SNAPSHOT_PROJECTOR = f"{PREFIX}.snapshot.projector"
 SNAPSHOT_HOST_PREFIX = f"{PREFIX}.snapshot.host."
+ADMIN_HOST_PREFIX = f"{PREFIX}.admin.host."
+"""`crr.v1.admin.host.<host>.<verb>`: an operator's instruction about a host (`forget`)."""
 
 
 EVENT_SUBJECTS = [
@@ -28,6 +30,7 @@ EVENT_SUBJECTS = [
     f"{PREFIX}.report.>",
     f"{PREFIX}.inventory.>",
     f"{PREFIX}.health.>",
+    f"{PREFIX}.admin.>",
 ]
 SNAPSHOT_SUBJECTS = [f"{PREFIX}.snapshot.>"]
 
@@ -81,6 +84,25 @@ def event_subject(kind: EventType, reporter: str, host: str | None) -> str:
     if host is None:
         return f"{PREFIX}.{kind}.cluster.{token(reporter)}"
     return f"{PREFIX}.{kind}.host.{token(host)}.{token(reporter)}"
+
+
+def forget_subject(host: str) -> str:
+    """`crr.v1.admin.host.<host>.forget`: where `crr hosts forget` publishes a Forget.
+
+    Six tokens like a host event, so a partitioned stream stores it with the host's
+    partition token and the owning partition's filter takes it."""
+    return f"{ADMIN_HOST_PREFIX}{token(host)}.forget"
+
+
+def parse_forget_subject(subject: str) -> str | None:
+    """The host of a forget subject (as published, or stored with a partition token);
+    None if `subject` is not one.  SubjectError for a malformed host token."""
+    if not subject.startswith(ADMIN_HOST_PREFIX):
+        return None
+    parts = subject[len(ADMIN_HOST_PREFIX):].split(".")
+    if len(parts) in (2, 3) and parts[1] == "forget" and (len(parts) == 2 or parts[2].isdigit()):
+        return untoken(parts[0])
+    return None
 
 
 def host_snapshot_subject(host: str) -> str:

@@ -80,7 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # nats-py's TLS transport makes asyncio warn on every close; it is noise, not a fault.
     logging.getLogger("asyncio").setLevel(logging.ERROR)
     try:
-        shutdown_telemetry = configure_telemetry(f"crr-{args.command}")
+        shutdown_telemetry = configure_telemetry(
+            f"crr-{args.command}", serve_metrics=getattr(args, "serve_metrics", False))
         try:
             code: int = asyncio.run(args.func(args))
         finally:

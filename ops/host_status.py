@@ -1,8 +1,7 @@
 """The STATUS of a host in listings (`crr hosts`), derived from its snapshot record at `now`.
 
-One small place on purpose: the state of a value at `now` (`value_state_at`)
-is the freshness rule every surface should share; switch it to the shared
-freshness function when there is one.
+The state of a value at `now` (`value_state_at`) is the freshness rule every
+surface shares (`projections.freshness.value_state`).
 """
 
 from __future__ import annotations
@@ -10,8 +9,9 @@ from __future__ import annotations
 from typing import Final, Literal
 
 from ops.reporter_health import FAILING_STATES
+from projections.freshness import value_state
 from projections.host_table import expires_seconds
-from schemas.snapshot import HostSnapshot, ValueEntry, ValueState
+from schemas.snapshot import HostSnapshot, InventoryEntry, ValueEntry, ValueState
 
 HostStatus = Literal["ok", "failing", "stale", "unknown", "empty"]
 
@@ -21,11 +21,10 @@ STATUS_HELP: Final = (
 )
 
 
-def value_state_at(entry: ValueEntry, now: float) -> ValueState:
-    """A value's state at `now`: a fresh value past its `expires_at` is stale (projector or not)."""
-    if entry.state == "fresh" and expires_seconds(entry.expires_at) <= now:
-        return "stale"
-    return entry.state
+def value_state_at(entry: ValueEntry | InventoryEntry, now: float) -> ValueState:
+    """A value's (or inventory's) state at `now`: stale once its `expires_at` passed,
+    projector or not (`projections.freshness.value_state`)."""
+    return value_state(entry.state, expires_seconds(entry.expires_at), now)
 
 
 def host_status(snap: HostSnapshot, now: float) -> HostStatus:

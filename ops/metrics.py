@@ -17,6 +17,14 @@ per-event hook returns at once):
   `crr.projector.applied`, `crr.projector.deadletters`,
   `crr.projector.snapshot_writes` (counters).
 
+`crr api` has its own (`ViewMetrics`, meter `crr.api`): `crr.view.hosts`,
+`crr.view.position` (CRR_SNAPSHOT), `crr.view.projector_position`
+(CRR_EVENTS covered), `crr.view.applied` / `crr.view.rejected` (counters),
+and the projector's liveness as the view sees it (`projections.freshness`):
+`crr.view.projector.status_age` (s since the oldest current status),
+`crr.view.projector.lag`, `crr.view.projector.silent` (1 when silent or
+absent) — what to alert on.
+
 The census gauges decode what the projector last wrote (minimal structs,
 cached for a second), so they cost nothing between collections.
 """
@@ -25,7 +33,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final
 
 import msgspec
@@ -40,6 +48,8 @@ from schemas.errors import SubjectError
 if TYPE_CHECKING:
     from bus.ordered import StoredMessage
     from ops.projector import Projector
+    from ops.view import SchedulerView
+    from projections.freshness import ProjectorLiveness
 
 LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                           60.0)
@@ -181,3 +191,40 @@ class ProjectorMetrics:
     def _rejected(self, _options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(n, {"crr.reporter": r})
                 for r, n in sorted(self._take_census()[2].items())]
+
+
+class ViewMetrics:
+    """Metrics of the scheduler view behind `crr api` (see module doc): observed on collection."""
+
+    def __init__(self, view: SchedulerView, liveness: Callable[[], ProjectorLiveness],
+                 meter_provider: MeterProvider | None = None) -> None:
+        provider = meter_provider or metrics.get_meter_provider()
+        meter = provider.get_meter("crr.api")
+
+        def gauge(name: str, unit: str, description: str,
+                  value: Callable[[], float | None]) -> None:
+            def observe(_options: CallbackOptions) -> Iterable[Observation]:
+                v = value()
+                return [] if v is None else [Observation(v)]
+
+            meter.create_observable_gauge(name, [observe], unit=unit, description=description)
+
+        gauge("crr.view.hosts", "{host}", "Hosts in the view", lambda: len(view.table))
+        gauge("crr.view.position", "{sequence}", "Last CRR_SNAPSHOT sequence applied",
+              lambda: view.position)
+        gauge("crr.view.projector_position", "{sequence}",
+              "Every CRR_EVENTS event up to this sequence is in the view",
+              lambda: view.projector_position)
+        gauge("crr.view.projector.status_age", "s",
+              "Seconds since the oldest current projector status",
+              lambda: liveness().last_status_age)
+        gauge("crr.view.projector.lag", "{event}", "Events the projector(s) had not applied",
+              lambda: liveness().lag)
+        gauge("crr.view.projector.silent", "1", "1 when the projector is silent or absent",
+              lambda: float(liveness().state != "live"))
+        meter.create_observable_counter(
+            "crr.view.applied", [lambda _o: [Observation(view.applied)]], unit="{record}",
+            description="CRR_SNAPSHOT records applied since start")
+        meter.create_observable_counter(
+            "crr.view.rejected", [lambda _o: [Observation(view.rejected)]], unit="{record}",
+            description="CRR_SNAPSHOT records that could not be decoded")

@@ -15,8 +15,9 @@ NATS authorization vouches for it):
   the two streams;
 * `view` (scheduler view, CLI listings, REST API, replay): nothing but
   reading CRR_SNAPSHOT and CRR_EVENTS (ephemeral consumers, direct get);
-* `admin`: `crr.v1.catalog` and the whole JetStream API (`crr catalog
-  apply`, stream provisioning).
+* `admin`: `crr.v1.catalog`, `crr.v1.admin.>` (`crr hosts forget`) and the
+  whole JetStream API (`crr catalog apply`, stream provisioning, purging a
+  forgotten host's events).
 
 "Catalog-following pieces" — the least a JetStream publish-with-ack plus an
 ordered consumer on `crr.v1.snapshot.catalog` need: subscribe `_INBOX.>`
@@ -152,7 +153,7 @@ VIEW = Identity(
     publish=("$JS.API.INFO", "$JS.API.STREAM.NAMES",
              *_read_stream_fully(SNAPSHOT_STREAM), *_read_stream_fully(EVENTS_STREAM)))
 ADMIN = Identity(name="admin", role="admin",
-                 publish=("crr.v1.catalog", "$JS.API.>", "$JS.FC.>"))
+                 publish=("crr.v1.catalog", "crr.v1.admin.>", "$JS.API.>", "$JS.FC.>"))
 
 
 def identities(

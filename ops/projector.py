@@ -412,7 +412,10 @@ class Projector:
             if dirty.cluster and owns_shared:
                 yield SNAPSHOT_CLUSTER, encode(cluster_snapshot(state))
             for h in sorted(dirty.hosts):
-                yield host_snapshot_subject(h), encode(host_snapshot(state, h))
+                # A host no longer in the state was forgotten (`crr hosts forget`): an empty
+                # record is its delete marker (readers drop the host; compaction keeps only it).
+                yield host_snapshot_subject(h), (encode(host_snapshot(state, h))
+                                                 if h in state.hosts else b"")
             self._release_held()  # all encoded: fold on while the acks come back
 
         letters, self._deadletters = self._deadletters, []

@@ -402,8 +402,10 @@ def _cut_of(raw: dict[str, tuple[int, bytes]]) -> tuple[list[ProjectorStatus], d
                        "status to CRR_SNAPSHOT: start every partition (or wait) and try again")
     status_seq = {st.partition: statuses[status_subject(st.partition)][0] for st in current}
     # The records a projector writes (not the HA lease records, nor anything unknown).
+    # An empty host record is a delete marker (`crr hosts forget`): no record.
     records = {s: r for s, r in raw.items()
-               if s.startswith(SNAPSHOT_HOST_PREFIX) or s in (SNAPSHOT_CATALOG, SNAPSHOT_CLUSTER)}
+               if (s.startswith(SNAPSHOT_HOST_PREFIX) and r[1])
+               or s in (SNAPSHOT_CATALOG, SNAPSHOT_CLUSTER)}
     for subject, (seq, _) in records.items():
         if seq > status_seq[None if n == 1 else owner(subject, n)]:
             raise _Torn

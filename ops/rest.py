@@ -13,11 +13,22 @@ endpoint answers 503 (never an empty, "absent" answer).
 
 `/v1/events` is a server-sent event stream fed by `SchedulerView.subscribe`:
 one `host` / `cluster` / `catalog` / `projector` event per changed record
-(coalesced), which the status page (`/`, files in `ops/static/`) applies in
-place without reloading.  A `projector` event carries the status record that
-changed: with partitioned projectors there is one per partition (its
-`partition`/`partitions` say which), and a left-over record of an earlier
-layout sends none.
+(coalesced), and a `liveness` event (the projector's liveness now) at once
+and every `liveness_interval` seconds, which the status page (`/`, files in
+`ops/static/`) applies in place without reloading.  A `projector` event
+carries the status record that changed: with partitioned projectors there is
+one per partition (its `partition`/`partitions` say which), and a left-over
+record of an earlier layout sends none.
+
+One truth at `now` (`projections.freshness`): every host and cluster record
+served — `/v1/hosts`, `/v1/hosts/{host}`, `/v1/cluster`, the `host` and
+`cluster` events — shows a value past its `expires_at` as stale, whether or
+not the projector has written it so.  Every response carries the
+projector's liveness in `Crr-Projector-State` (live, silent, absent),
+`Crr-Projector-Age` (seconds since the oldest current status) and
+`Crr-Projector-Lag` headers; `/v1/projector` has the details; `/healthz` is
+503 — and says why in its body — when the projector is silent or absent or
+NATS is unreachable.
 """
 
 from __future__ import annotations
@@ -35,7 +46,7 @@ import msgspec
 import uvicorn
 from litestar import Litestar, MediaType, Request, Response, get
 from litestar.exceptions import HTTPException, NotFoundException, ValidationException
-from litestar.openapi import OpenAPIConfig
+from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.spec import Tag
 from litestar.params import PathParameter, QueryParameter
 from litestar.response import File, ServerSentEvent
@@ -50,9 +61,17 @@ from bus.subjects import (
     is_projector_status,
     untoken,
 )
+from ops.liveness import silent_after as configured_silent_after
+from ops.metrics import ViewMetrics
 from ops.reporter_health import ReporterHealth, reporter_rows
 from ops.view import SchedulerView
-from projections.host_table import expires_seconds
+from projections.freshness import (
+    ProjectorLiveness,
+    cluster_at,
+    earliest_expiry,
+    host_at,
+    projector_liveness,
+)
 from projections.select import Explanation, Section
 from schemas.catalog import ResourceSpec
 from schemas.errors import CrrError, ExpressionError, NotReadyError, SubjectError
@@ -64,6 +83,8 @@ STATIC_DIR: Final = Path(__file__).resolve().parent / "static"
 PROBLEM_JSON: Final = "application/problem+json"
 HEARTBEAT: Final = 15.0
 """Seconds between SSE comments that keep proxies from closing an idle stream."""
+LIVENESS_INTERVAL: Final = 5.0
+"""Seconds between `liveness` events on `/v1/events`."""
 
 
 class Problem(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -95,10 +116,32 @@ class SelectResult(msgspec.Struct, frozen=True, kw_only=True):
     """Says so in one line when `ignored_sections` is not empty."""
 
 
-class Healthz(msgspec.Struct, frozen=True, kw_only=True):
-    """`GET /healthz` once the view is loaded."""
+class HealthProblem(msgspec.Struct, frozen=True, kw_only=True):
+    """Why `/healthz` is not 200: which part, and one line for people."""
 
-    status: Literal["ok"]
+    code: Literal["nats_unreachable", "projector_silent", "projector_absent"]
+    detail: str
+
+
+class ProjectorInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """`GET /v1/projector`: the projector's liveness now, and its status record(s)."""
+
+    liveness: ProjectorLiveness
+    projector_position: int
+    """Every CRR_EVENTS event up to this sequence is reflected (the minimum over partitions)."""
+    projectors: list[ProjectorStatus]
+    """The current layout's status records: one, or one per partition in partition order."""
+
+
+class Healthz(msgspec.Struct, frozen=True, kw_only=True):
+    """`GET /healthz` once the view is loaded: 200 when `status` is ok, else 503."""
+
+    status: Literal["ok", "unavailable"]
+    problems: list[HealthProblem] = msgspec.field(default_factory=list)
+    """Empty when ok; else what is wrong: NATS unreachable, the projector silent or absent."""
+    nats: Literal["connected", "unreachable"] = "connected"
+    liveness: ProjectorLiveness | None = None
+    """The projector's liveness now (last status age, lag)."""
     hosts: int
     position: int
     """Last CRR_SNAPSHOT sequence the view applied."""
@@ -153,22 +196,14 @@ def _current_status(view: SchedulerView, subject: str) -> ProjectorStatus | None
     return next((st for st in view.projectors if st.partition == partition), None)
 
 
-def _effective(state: ValueState, expires_at: str, now: float) -> ValueState:
-    """A fresh value past its `expires_at` is stale (as `select[]` sees it, projector or not)."""
-    if state == "fresh" and expires_seconds(expires_at) <= now:
-        return "stale"
-    return state
-
-
 def _filter_host(snap: HostSnapshot, resources: Sequence[str] | None,
-                 state: ValueState | None, now: float) -> HostSnapshot | None:
+                 state: ValueState | None) -> HostSnapshot | None:
     values = snap.values
     if resources:
         values = {k: v for k, v in values.items() if k in resources}
         if not values:
             return None
-    if state is not None and not any(
-            _effective(v.state, v.expires_at, now) == state for v in values.values()):
+    if state is not None and not any(v.state == state for v in values.values()):
         return None
     if values is snap.values:
         return snap
@@ -178,11 +213,65 @@ def _filter_host(snap: HostSnapshot, resources: Sequence[str] | None,
 class Api:
     """The route handlers, bound to one view (see module doc)."""
 
-    def __init__(self, view: SchedulerView) -> None:
+    def __init__(self, view: SchedulerView, *, silent_after: float | None = None,
+                 liveness_interval: float = LIVENESS_INTERVAL) -> None:
         self.view = view
+        self.silent_after = configured_silent_after() if silent_after is None else silent_after
+        """Seconds without a projector status before /healthz reports it silent."""
+        self.liveness_interval = liveness_interval
         self.closing = asyncio.Event()
         """Set on shutdown: open event streams end."""
         self.page_loads = 0
+        self.metrics = ViewMetrics(view, self.liveness)
+        self._expiry: dict[str, tuple[HostSnapshot, float]] = {}
+        """host -> (the record last served, its `earliest_expiry`): most records need no
+        work at `now` (see `host_now`)."""
+
+    def host_now(self, snap: HostSnapshot, now: float) -> HostSnapshot:
+        """`host_at(snap, now)`, skipping records with nothing due yet (cached per record;
+        a lean row is decoded anew on every `get`, so it is not cached)."""
+        if self.view.table.record(snap.host) is not None:
+            return host_at(snap, now)
+        cached = self._expiry.get(snap.host)
+        if cached is None or cached[0] is not snap:
+            if len(self._expiry) > 2 * len(self.view.table) + 1024:
+                self._expiry.clear()  # forgotten hosts: start over rather than grow
+            cached = self._expiry[snap.host] = (snap, earliest_expiry(snap))
+        return snap if now < cached[1] else host_at(snap, now)
+
+    def liveness(self, now: float | None = None) -> ProjectorLiveness:
+        """The projector's liveness at `now` (default: the clock), from the view's records."""
+        return projector_liveness(self.view.projectors, time.time() if now is None else now,
+                                  self.silent_after)
+
+    def health(self, now: float) -> Healthz:
+        """The `/healthz` body at `now` (the view must be loaded)."""
+        view = self.view
+        live = self.liveness(now)
+        problems = []
+        if not view.connected:
+            problems.append(HealthProblem(
+                code="nats_unreachable",
+                detail="NATS unreachable: the view is reconnecting; answers may be out of date"))
+        if live.state != "live":
+            problems.append(HealthProblem(
+                code="projector_absent" if live.state == "absent" else "projector_silent",
+                detail=f"projector {live.detail}"))
+        return Healthz(status="unavailable" if problems else "ok", problems=problems,
+                       nats="connected" if view.connected else "unreachable", liveness=live,
+                       hosts=len(view.table), position=view.position,
+                       projector_position=view.projector_position,
+                       projector=view.projector, projectors=view.projectors)
+
+    def liveness_headers(self, response: Response[Any]) -> Response[Any]:
+        """Every response says how alive the projector is (see the module doc)."""
+        live = self.liveness()
+        response.headers["Crr-Projector-State"] = live.state
+        if live.last_status_age is not None:
+            response.headers["Crr-Projector-Age"] = f"{live.last_status_age:.3f}"
+        if live.lag is not None:
+            response.headers["Crr-Projector-Lag"] = str(live.lag)
+        return response
 
     def _ready(self) -> None:
         if not self.view.ready:
@@ -210,7 +299,7 @@ class Api:
                 snap = view.table.get(name)
                 if snap is None:
                     continue
-                kept = _filter_host(snap, resource, value_state, now)
+                kept = _filter_host(api.host_now(snap, now), resource, value_state)
                 if kept is not None:
                     out.append(kept)
             return out
@@ -223,14 +312,14 @@ class Api:
             snap = view.table.get(host)
             if snap is None:
                 raise NotFoundException(f"no snapshot for host {host!r}")
-            return snap
+            return api.host_now(snap, time.time())
 
         @get("/v1/cluster", tags=["hosts"], summary="Cluster-scope values")
         async def cluster() -> ClusterSnapshot:
             api._ready()
             if view.cluster is None:
                 raise NotFoundException("no cluster snapshot yet (no cluster-scope value)")
-            return view.cluster
+            return cluster_at(view.cluster, time.time())
 
         @get("/v1/resources", tags=["catalog"], summary="The active catalog's resources")
         async def resources() -> dict[str, ResourceSpec]:
@@ -275,12 +364,26 @@ class Api:
                                 ignored_sections=list(compiled.ignored_sections),
                                 note=compiled.note)
 
-        @get("/healthz", tags=["health"], summary="200 once the view is loaded, else 503")
-        async def healthz() -> Healthz:
+        @get("/v1/projector", tags=["health"],
+             summary="The projector's liveness (last status age, lag) and status records")
+        async def projector() -> ProjectorInfo:
             api._ready()
-            return Healthz(status="ok", hosts=len(view.table), position=view.position,
-                           projector_position=view.projector_position,
-                           projector=view.projector, projectors=view.projectors)
+            return ProjectorInfo(liveness=api.liveness(),
+                                 projector_position=view.projector_position,
+                                 projectors=view.projectors)
+
+        @get("/healthz", tags=["health"],
+             summary="200 when loaded, NATS reachable and the projector live; else 503",
+             responses={503: ResponseSpec(
+                 data_container=Healthz,
+                 description="NATS unreachable or the projector silent or absent (`problems` "
+                             "says which); a problem detail before the view is loaded")})
+        async def healthz() -> Response[Healthz]:
+            if not view.ready and not view.connected:
+                raise NotReadyError("scheduler view not loaded yet, and NATS is unreachable")
+            api._ready()
+            body = api.health(time.time())
+            return Response(body, status_code=200 if body.status == "ok" else 503)
 
         @get("/v1/events", tags=["events"], summary="Server-sent events: changed records",
              media_type="text/event-stream")
@@ -294,7 +397,8 @@ class Api:
             return File(STATIC_DIR / "index.html", content_disposition_type="inline",
                         media_type=MediaType.HTML)
 
-        return [hosts, host, cluster, resources, reporters, select, healthz, events, index]
+        return [hosts, host, cluster, resources, reporters, select, projector, healthz, events,
+                index]
 
     def _message(self, subject: str) -> ServerSentEventMessage | None:
         view = self.view
@@ -304,12 +408,13 @@ class Api:
             except SubjectError:
                 return None
             snap = view.table.get(name)
-            data = (msgspec.json.encode(snap) if snap is not None
+            data = (msgspec.json.encode(self.host_now(snap, time.time())) if snap is not None
                     else msgspec.json.encode({"host": name, "removed": True}))
             return ServerSentEventMessage(event="host", data=data.decode())
         if subject == SNAPSHOT_CLUSTER and view.cluster is not None:
-            return ServerSentEventMessage(event="cluster",
-                                          data=msgspec.json.encode(view.cluster).decode())
+            return ServerSentEventMessage(
+                event="cluster",
+                data=msgspec.json.encode(cluster_at(view.cluster, time.time())).decode())
         if subject == SNAPSHOT_CATALOG and view.catalog is not None:
             return ServerSentEventMessage(
                 event="catalog", data=msgspec.json.encode(view.catalog.resources).decode())
@@ -319,6 +424,10 @@ class Api:
                 return ServerSentEventMessage(event="projector",
                                               data=msgspec.json.encode(status).decode())
         return None
+
+    def _liveness_message(self) -> ServerSentEventMessage:
+        return ServerSentEventMessage(event="liveness",
+                                      data=msgspec.json.encode(self.liveness()).decode())
 
     async def stream(self) -> AsyncIterator[ServerSentEventMessage]:
         """Changed records as SSE messages; coalesced per subject, until shutdown."""
@@ -331,15 +440,21 @@ class Api:
 
         unsubscribe = self.view.subscribe(listener)
         closing = asyncio.ensure_future(self.closing.wait())
+        loop = asyncio.get_running_loop()
         try:
             yield ServerSentEventMessage(event="hello", data=str(self.view.position))
+            yield self._liveness_message()
+            next_liveness = loop.time() + self.liveness_interval
             while not self.closing.is_set():
                 waiter = asyncio.ensure_future(wake.wait())
-                done, _ = await asyncio.wait({waiter, closing}, timeout=HEARTBEAT,
+                timeout = max(0.0, min(HEARTBEAT, next_liveness - loop.time()))
+                done, _ = await asyncio.wait({waiter, closing}, timeout=timeout,
                                              return_when=asyncio.FIRST_COMPLETED)
                 waiter.cancel()
+                if loop.time() >= next_liveness:
+                    yield self._liveness_message()  # also keeps proxies from closing it
+                    next_liveness = loop.time() + self.liveness_interval
                 if not done:
-                    yield ServerSentEventMessage(comment="keep-alive")
                     continue
                 wake.clear()
                 subjects, pending = list(pending), {}
@@ -352,9 +467,13 @@ class Api:
             unsubscribe()
 
 
-def create_app(view: SchedulerView, *, debug: bool = False) -> tuple[Litestar, Api]:
-    """The Litestar app over `view`, and its handler object (for `closing`, counters)."""
-    api = Api(view)
+def create_app(view: SchedulerView, *, debug: bool = False, silent_after: float | None = None,
+               liveness_interval: float = LIVENESS_INTERVAL) -> tuple[Litestar, Api]:
+    """The Litestar app over `view`, and its handler object (for `closing`, counters).
+
+    `silent_after`: seconds without a projector status before it counts as silent
+    (default: `CRR_PROJECTOR_SILENT_AFTER`, else 15)."""
+    api = Api(view, silent_after=silent_after, liveness_interval=liveness_interval)
     app = Litestar(
         route_handlers=[*api.handlers(),
                         create_static_files_router(path="/static", directories=[STATIC_DIR])],
@@ -372,6 +491,7 @@ def create_app(view: SchedulerView, *, debug: bool = False) -> tuple[Litestar, A
             HTTPException: _on_http,
             Exception: _on_internal,
         },
+        after_request=api.liveness_headers,
         debug=debug,
     )
     return app, api

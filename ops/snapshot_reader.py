@@ -14,6 +14,7 @@ from bus.subjects import (
     SNAPSHOT_HOST_PREFIX,
     SNAPSHOT_STREAM,
     is_projector_status,
+    untoken,
 )
 from projections.coverage import Coverage
 from schemas.catalog import Catalog
@@ -51,8 +52,11 @@ def absorb(contents: SnapshotContents, m: StoredMessage) -> None:
     """Fold one CRR_SNAPSHOT message into `contents` (last write per subject wins)."""
     contents.last_seq = max(contents.last_seq, m.seq)
     if m.subject.startswith(SNAPSHOT_HOST_PREFIX):
-        snap = decode(m.data, HostSnapshot)
-        contents.hosts[snap.host] = snap
+        if m.data:
+            snap = decode(m.data, HostSnapshot)
+            contents.hosts[snap.host] = snap
+        else:  # a delete marker (`crr hosts forget`): the host is gone
+            contents.hosts.pop(untoken(m.subject[len(SNAPSHOT_HOST_PREFIX):]), None)
     elif m.subject == SNAPSHOT_CLUSTER:
         contents.cluster = decode(m.data, ClusterSnapshot)
     elif m.subject == SNAPSHOT_CATALOG:

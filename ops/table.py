@@ -153,9 +153,7 @@ def render_host_long(
     if snap.inventory:
         rows = [["INVENTORY", "DEVICES", "STATE", "REPORTER", "EXPIRES"]]
         for name, inv in sorted(snap.inventory.items()):
-            inv_state = inv.state
-            if inv_state == "fresh" and expires_seconds(inv.expires_at) <= now:
-                inv_state = "stale"
+            inv_state = value_state_at(inv, now)
             rows.append([name, str(len(inv.devices)), inv_state, inv.reporter,
                          _since(inv.expires_at, now)])
         lines.append("")

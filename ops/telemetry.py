@@ -9,6 +9,14 @@ crr stays the API's no-op.
   `opentelemetry-exporter-otlp` package (`pip install 'crr[otlp]'`);
   `OTEL_EXPORTER_OTLP_PROTOCOL` picks `http/protobuf` (default) or `grpc`,
   and the exporters read their own `OTEL_EXPORTER_OTLP_*` settings.
+- `OTEL_METRICS_EXPORTER=prometheus`: the long-running processes (`crr
+  projector`, `crr agent`, `crr api`; `serve_metrics=True`) serve their
+  metrics for Prometheus to scrape at `http://HOST:PORT/metrics`, HOST and
+  PORT from `OTEL_EXPORTER_PROMETHEUS_HOST` (default `localhost`) and
+  `OTEL_EXPORTER_PROMETHEUS_PORT` (default 9464; 0 picks a free port), via
+  the OpenTelemetry Prometheus exporter (`pip install 'crr[prometheus]'`).
+  They say where on stderr at start.  One-shot commands ignore it (they
+  would fight over the port).
 - `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`: as the SDK defines them.
   Unset, crr samples `parentbased_traceidratio` at `DEFAULT_RATIO` (5%): the
   decision is taken where a trace starts (the reporter's run or publish),
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -33,6 +42,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     ConsoleMetricExporter,
     MetricExporter,
+    MetricReader,
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import Resource
@@ -50,16 +60,49 @@ DEFAULT_BSP_QUEUE: Final = 8192
 
 _OTLP_HINT: Final = ("needs the OTLP exporter: pip install 'crr[otlp]' "
                      "(opentelemetry-exporter-otlp)")
+_PROMETHEUS_HINT: Final = ("OTEL_METRICS_EXPORTER=prometheus needs the Prometheus exporter: "
+                           "pip install 'crr[prometheus]' (opentelemetry-exporter-prometheus)")
+DEFAULT_PROMETHEUS_HOST: Final = "localhost"
+DEFAULT_PROMETHEUS_PORT: Final = 9464
 
 
 def _names(environ: Mapping[str, str], var: str) -> list[str]:
     raw = environ.get(var, "none")
     names = [n.strip().lower() for n in raw.split(",") if n.strip()]
-    unknown = [n for n in names if n not in ("console", "otlp", "none")]
+    known = ("console", "otlp", "none", "prometheus") if var == "OTEL_METRICS_EXPORTER" else (
+        "console", "otlp", "none")
+    unknown = [n for n in names if n not in known]
     if unknown:
         raise CrrError(f"{var}={raw}: unsupported exporter {unknown[0]!r} "
-                       "(crr knows console, otlp, none)")
+                       f"(crr knows {', '.join(known)})")
     return [n for n in names if n != "none"]
+
+
+def prometheus_reader(environ: Mapping[str, str], service_name: str) -> tuple[Any, Any]:
+    """A PrometheusMetricReader and the HTTP server it is scraped on (see module doc).
+
+    CrrError with a one-line hint when the exporter is not installed, or the
+    address is unusable."""
+    try:
+        from opentelemetry.exporter.prometheus import (  # noqa: PLC0415 - optional extra
+            PrometheusMetricReader,
+        )
+        from prometheus_client import start_http_server  # noqa: PLC0415 - optional extra
+    except ImportError:
+        raise CrrError(_PROMETHEUS_HINT) from None
+    host = environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "") or DEFAULT_PROMETHEUS_HOST
+    raw_port = environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "") or str(DEFAULT_PROMETHEUS_PORT)
+    if not raw_port.isdigit() or int(raw_port) > 65535:
+        raise CrrError(f"OTEL_EXPORTER_PROMETHEUS_PORT={raw_port}: expected a port number")
+    try:
+        server, _ = start_http_server(int(raw_port), addr=host)
+    except OSError as exc:
+        raise CrrError(f"cannot serve Prometheus metrics on {host}:{raw_port} "
+                       f"(OTEL_EXPORTER_PROMETHEUS_HOST/PORT): {exc.strerror or exc}") from None
+    shown = f"[{host}]" if ":" in host else host
+    print(f"{service_name}: Prometheus metrics on http://{shown}:{server.server_port}/metrics",
+          file=sys.stderr, flush=True)
+    return PrometheusMetricReader(), server
 
 
 def _otlp(kind: str, environ: Mapping[str, str]) -> Any:
@@ -101,12 +144,14 @@ def batch_span_processor(
 
 
 def configure_telemetry(
-    service_name: str, environ: Mapping[str, str] | None = None,
+    service_name: str, environ: Mapping[str, str] | None = None, *, serve_metrics: bool = False,
 ) -> Callable[[], None]:
     """Install trace and metric providers as `OTEL_*` asks; returns the shutdown function.
 
     Call once per process, before any span is started (the CLI does, for
-    every command).  Raises CrrError for an exporter crr cannot provide.
+    every command).  `serve_metrics`: a long-running process, which serves
+    Prometheus metrics when asked (one-shot commands do not).  Raises
+    CrrError for an exporter crr cannot provide.
     """
     env = os.environ if environ is None else environ
     shutdowns: list[Callable[[], object]] = []
@@ -114,6 +159,8 @@ def configure_telemetry(
         return lambda: None
     trace_exporters = _names(env, "OTEL_TRACES_EXPORTER")
     metric_exporters = _names(env, "OTEL_METRICS_EXPORTER")
+    if not serve_metrics:
+        metric_exporters = [n for n in metric_exporters if n != "prometheus"]
     if not trace_exporters and not metric_exporters:
         return lambda: None
     attrs = {} if env.get("OTEL_SERVICE_NAME") else {"service.name": service_name}
@@ -127,8 +174,13 @@ def configure_telemetry(
         trace.set_tracer_provider(tracer_provider)
         shutdowns.append(tracer_provider.shutdown)
     if metric_exporters:
-        readers = []
+        readers: list[MetricReader] = []
         for name in metric_exporters:
+            if name == "prometheus":
+                reader, server = prometheus_reader(env, service_name)
+                readers.append(reader)
+                shutdowns.append(server.shutdown)
+                continue
             metric_exporter: MetricExporter = (ConsoleMetricExporter() if name == "console"
                                                else _otlp("metric", env)())
             readers.append(PeriodicExportingMetricReader(metric_exporter))

@@ -303,6 +303,11 @@ class SchedulerView:
         return self._loaded.is_set()
 
     @property
+    def connected(self) -> bool:
+        """Whether the NATS connection is up now (False while it reconnects)."""
+        return bool(self._nc.is_connected)
+
+    @property
     def position(self) -> int:
         """Last CRR_SNAPSHOT stream sequence applied."""
         return self._position

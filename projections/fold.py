@@ -20,7 +20,14 @@ from typing import Annotated, Any, Final
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from bus.subjects import CATALOG, DEADLETTER, EventAddress, parse_event_subject
+from bus.subjects import (
+    ADMIN_HOST_PREFIX,
+    CATALOG,
+    DEADLETTER,
+    EventAddress,
+    parse_event_subject,
+    parse_forget_subject,
+)
 from projections.envelope import Envelope
 from projections.state import (
     MAX_REJECTIONS,
@@ -43,7 +50,7 @@ from schemas.catalog import Catalog, ResourceSpec
 from schemas.catalog_loader import catalog_from_wire
 from schemas.codec import decode_event
 from schemas.errors import CatalogError, PayloadError, SubjectError
-from schemas.events import Health, Inventory, Report
+from schemas.events import Forget, Health, Inventory, Report
 
 
 class Changes(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,6 +73,7 @@ _REPORT: Final = msgspec.json.Decoder(Report)
 _INVENTORY: Final = msgspec.json.Decoder(Inventory)
 _HEALTH: Final = msgspec.json.Decoder(Health)
 _ANY: Final = msgspec.json.Decoder()
+_FORGET: Final = msgspec.json.Decoder(Forget)
 
 
 class _Acc:
@@ -178,6 +186,8 @@ def _apply(state: ProjectionState, env: Envelope, acc: _Acc) -> str | None:
         return _apply_catalog(state, env, acc)
     if subject == DEADLETTER:
         return None  # the projector's own output, captured by CRR_EVENTS: nothing to fold
+    if subject.startswith(ADMIN_HOST_PREFIX):
+        return _apply_forget(state, env, acc)
     addr = _address(subject)
     if isinstance(addr, str):
         return addr
@@ -202,6 +212,44 @@ def _apply(state: ProjectionState, env: Envelope, acc: _Acc) -> str | None:
     assert type(event) is Health
     _apply_health(state, event, host, env.received_at, acc)
     return None
+
+
+def _apply_forget(state: ProjectionState, env: Envelope, acc: _Acc) -> str | None:
+    """`crr hosts forget`: drop everything known about the host (DESIGN §3 admin subject).
+
+    Its batches are killed (their deadline entries are skipped when they come
+    due; a silence entry finds no record and does nothing), events of it held
+    for a catalog are dropped, and the host is reported changed: with no record
+    left the projector writes a delete marker.  Later events bring it back.
+    """
+    try:
+        host = parse_forget_subject(env.subject)
+    except SubjectError as exc:
+        return f"unknown subject: {exc.message}"
+    if host is None:
+        return f"unknown subject: {short(env.subject)!r} is no admin instruction crr knows"
+    try:
+        forget = _FORGET.decode(env.data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        return f"bad forget instruction: {exc}"
+    if forget.host != host:
+        return (f"payload names host {short(forget.host)!r} but the subject says "
+                f"{short(host)!r}")
+    rec = state.hosts.pop(host, None)
+    if rec is not None:
+        for rs in rec.reporters.values():
+            for b in rs.batches:
+                b.kill()
+            rs.batches = []
+    for subject in [s for s in state.pending if _pending_host(s) == host]:
+        del state.pending[subject]
+    acc.hosts.add(host)
+    return None
+
+
+def _pending_host(subject: str) -> str | None:
+    addr = _address(subject)
+    return addr.host if isinstance(addr, EventAddress) else None
 
 
 def _show_host(host: str | None) -> str:

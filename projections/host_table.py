@@ -20,11 +20,12 @@ Layout (one *row* per host, rows reused after `remove`, capacity doubles):
 - **cluster-scope** resources are scalars taken from the ClusterSnapshot:
   the same value on every host.
 
-Freshness at evaluation time `now` (the same rule in the reference
-interpreter): a value is *stale* when the snapshot says so **or** its
-`expires_at` ≤ `now` (this protects the scheduler if the projector dies);
-otherwise it is *unknown* when it is null (or not of the resource's kind),
-and *fresh* when it has a value.  A resource never reported on a host is
+Freshness at evaluation time `now` (`projections.freshness`, the rule every
+surface uses; `Column.known`/`stale` are its vectorised form): a value is
+*stale* when the snapshot says so **or** its `expires_at` ≤ `now` (this
+protects the scheduler if the projector dies); otherwise it is *unknown*
+when it is null (or not of the resource's kind), and *fresh* when it has a
+value.  A resource never reported on a host is
 *never reported* (unknown, never stale).
 
 `upsert` costs O(values in the old and the new snapshot) plus O(changed set
@@ -290,15 +291,6 @@ def _coded(kind: Kind, entry: Entry, expires: float) -> tuple[int, float, Any]:
     if value is None:
         return NULL, expires, None
     return FRESH, expires, value
-
-
-def freshness_at(code: int, expires: float, now: float) -> Freshness:
-    """The freshness of a value with state `code` at time `now` (see the module doc)."""
-    if code == ABSENT:
-        return "never_reported"
-    if code == STALE or expires <= now:
-        return "stale"
-    return "fresh" if code == FRESH else "unknown"
 
 
 class Column:

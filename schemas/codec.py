@@ -14,7 +14,7 @@ import msgspec
 
 from schemas.catalog import Catalog
 from schemas.errors import PayloadError
-from schemas.events import DeadLetter, Health, Inventory, Report
+from schemas.events import DeadLetter, Forget, Health, Inventory, Report
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus
 
 T = TypeVar("T")
@@ -25,7 +25,7 @@ _encoder = msgspec.json.Encoder(order="sorted")
 DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {
     t: msgspec.json.Decoder(t)
     for t in (Report, Inventory, Health, Catalog, HostSnapshot, ClusterSnapshot,
-              ProjectorStatus, DeadLetter)
+              ProjectorStatus, DeadLetter, Forget)
 }
 
 

@@ -96,6 +96,20 @@ class Health(msgspec.Struct, frozen=True, kw_only=True):
     """Position in the publisher's sequence for this boot (used for Nats-Msg-Id)."""
 
 
+class Forget(msgspec.Struct, frozen=True, kw_only=True):
+    """`crr.v1.admin.host.<host>.forget` (`crr hosts forget`): drop everything about a host.
+
+    The projector folds it by deleting the host from its state and writing an empty
+    record (a delete marker) on `crr.v1.snapshot.host.<host>`; events of the host
+    stored before it are purged by the same command.  Later events bring the host back.
+    """
+
+    host: str
+    requested_at: str
+    by: str | None = None
+    """Who asked (free text: user@machine), for the record."""
+
+
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
     """What `crr.v1.deadletter` carries: an event the projector could not apply, and why."""
 

@@ -1,4 +1,7 @@
-"""A running `crr api` for tests: nats-server, Projector, SchedulerView; uvicorn on port 0."""
+"""A running `crr api` for tests: nats-server, Projector, SchedulerView; uvicorn on port 0.
+
+`running_api` runs its own projector; `served_api` only the API over a view (for tests
+that start and stop the projector themselves)."""
 
 from __future__ import annotations
 
@@ -52,3 +55,31 @@ async def running_api(nc: Client, *, start_view: bool = True) -> AsyncIterator[A
             stop.set()
             await asyncio.wait_for(server, 10)
             await view.stop()
+
+
+@dataclass
+class Served:
+    """An API over a view, served on a free port (independent of any projector)."""
+
+    url: str
+    view: SchedulerView
+    api: Api
+
+
+@asynccontextmanager
+async def served_api(nc: Client, *, silent_after: float) -> AsyncIterator[Served]:
+    """The REST app over a loaded view (no projector of its own: tests stop theirs), with
+    the projector counted silent after `silent_after` s, liveness events every 0.2 s."""
+    view = SchedulerView(nc, idle_heartbeat=0.5)
+    await view.start()
+    await view.wait_ready(10)
+    app, api = create_app(view, silent_after=silent_after, liveness_interval=0.2)
+    sock = bind("127.0.0.1:0")
+    stop = asyncio.Event()
+    server = asyncio.create_task(serve(app, api, sock, stop))
+    try:
+        yield Served(f"http://127.0.0.1:{sock.getsockname()[1]}", view, api)
+    finally:
+        stop.set()
+        await asyncio.wait_for(server, 10)
+        await view.stop()

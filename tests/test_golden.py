@@ -21,7 +21,7 @@ import pytest
 
 from schemas.catalog import Catalog
 from schemas.codec import decode, decode_event, encode
-from schemas.events import DeadLetter, Health, Inventory, Report
+from schemas.events import DeadLetter, Forget, Health, Inventory, Report
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -36,6 +36,7 @@ SAMPLES: dict[str, type[Any]] = {
     "projector_status": ProjectorStatus,
     "projector_status.partition": ProjectorStatus,
     "deadletter": DeadLetter,
+    "forget": Forget,
 }
 
 

@@ -19,7 +19,6 @@ from projections.host_table import (
     HostTable,
     expires_many,
     expires_seconds,
-    freshness_at,
     normalize,
 )
 from schemas.catalog import Catalog
@@ -136,16 +135,6 @@ def test_expiry_at_now_is_stale() -> None:
     assert free.stale(NOW)[row]
     assert load.known(NOW)[row]
     assert not load.known(NOW + 44)[row]  # expires_at == now counts as expired
-
-
-def test_freshness_at() -> None:
-    """freshness_at follows the documented rule."""
-    assert freshness_at(ABSENT, math.inf, NOW) == "never_reported"
-    assert freshness_at(FRESH, NOW + 1, NOW) == "fresh"
-    assert freshness_at(FRESH, NOW, NOW) == "stale"
-    assert freshness_at(NULL, NOW + 1, NOW) == "unknown"
-    assert freshness_at(NULL, NOW - 1, NOW) == "stale"
-    assert freshness_at(STALE, NOW + 1, NOW) == "stale"
 
 
 def test_cluster_values() -> None:

@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 
-from tests.projector_support import publish_catalog, publish_report
-from tests.rest_support import running_api
+from schemas.catalog_loader import load_catalog_text
+from tests.projector_support import publish_catalog, publish_report, running_projector
+from tests.rest_support import running_api, served_api
+from tests.test_liveness import SHORT_YAML, SILENT_AFTER
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -169,3 +171,25 @@ async def test_status_page_updates_live_without_reload(nc: Client, tmp_path: Pat
             assert "blink: 3 → ~3 (stale)" in log or "blink: - → ~3 (stale)" in log
             assert await until(cdp, page, "crrStatus.loadId") == load_id
         assert rig.api.page_loads == 1
+
+
+async def test_status_page_shows_a_stopped_projector_and_stale_values(
+        nc: Client, tmp_path: Path) -> None:
+    """The projector stops: the page says it is silent (last status age, lag) and shows the
+    value that expired meanwhile as stale, as every other surface does."""
+    await publish_catalog(nc, load_catalog_text(SHORT_YAML))
+    async with running_projector(nc, status_interval=0.2) as projector:
+        seq = await publish_report(nc, "scratch", "node1", {"scratch_free": 500.0})
+        await projector.wait_until(seq, 10)
+    async with served_api(nc, silent_after=SILENT_AFTER) as rig, \
+            chromium(f"{rig.url}/", tmp_path / "profile") as (cdp, page):
+        await until(cdp, page, "crrStatus.connected && crrStatus.loaded")
+        silent = await until(cdp, page, "(l => l && l.state === 'silent' && l)"
+                                        "(crrStatus.liveness)")
+        assert silent["last_status_age"] > SILENT_AFTER
+        assert silent["lag"] == 0
+        text = await until(cdp, page, "document.querySelector('#liveness').textContent")
+        assert text.startswith("projector silent: last status")
+        stale = await until(cdp, page, "(c => c && c.state === 'stale' && c)"
+                                       "(crrStatus.cell('node1', 'scratch_free'))")
+        assert stale["text"] == "~500"

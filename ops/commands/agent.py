@@ -26,7 +26,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--reporters-dir", type=Path, default=Path(),
                    help="directory relative reporter commands are resolved against "
                         "(default: the current directory)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, serve_metrics=True)
 
 
 async def run(args: argparse.Namespace) -> int:

@@ -13,10 +13,13 @@ from schemas.errors import CrrError
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add `crr api`."""
     p = sub.add_parser("api", parents=[common],
-                       help="the REST API (OpenAPI at /schema/openapi.json) and status page (/)")
+                       help="the REST API (OpenAPI at /schema/openapi.json) and status page (/)",
+                       epilog="/healthz is 503 (its JSON says why) when NATS is unreachable or "
+                              "the projector has written no status for "
+                              "$CRR_PROJECTOR_SILENT_AFTER seconds (default 15).")
     p.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT",
                    help="address to serve on (default 127.0.0.1:8080; port 0: any)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, serve_metrics=True)
 
 
 async def run(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 
 from bus.connection import connect
+from ops.liveness import warn_unless_live
 from ops.view import loaded_view
 
 
@@ -32,6 +33,7 @@ async def run(args: argparse.Namespace) -> int:
                 loaded_view(nc) as view):
         why = view.explain(args.expr, args.host)
         note = view.compile(args.expr).note
+        warn_unless_live(view.projectors, "explain")
     if note:
         print(f"crr explain: note: {note}", file=sys.stderr)
     if args.json:

@@ -2,8 +2,11 @@
 
 Usable from monitoring (Nagios-style checks, cron): the exit status says
 whether any reporter is failing (failed, timeout, bad_output, crashed,
-quarantined, silent, rejecting, or missing declared resources); the
-output says which, failing rows first (in red on a terminal).
+quarantined, silent, rejecting, or missing declared resources) or the
+projector is silent or absent (`projections.freshness`: then nobody marks
+reporters silent either); the output says which, failing rows first (in red
+on a terminal), and ends with the projector's liveness (on stderr with
+`--json`, whose stdout stays the array of rows).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 import msgspec
 
 from bus.connection import connect
+from ops.liveness import liveness_now, warn_unless_live
 from ops.reporter_health import ReporterHealth, reporter_rows
 from ops.snapshot_reader import read_snapshot
 
@@ -26,7 +30,8 @@ _MAX_DETAIL = 80
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add `crr health`."""
     p = sub.add_parser("health", parents=[common],
-                       help="reporter health per host; exit 1 when any reporter is failing")
+                       help="reporter health per host and projector liveness; exit 1 when any "
+                        "reporter is failing or the projector is silent")
     p.add_argument("--json", action="store_true",
                    help="a JSON array of {reporter, host, state, failing, since, detail, …}")
     p.add_argument("--reporter", action="append", default=None, metavar="NAME",
@@ -68,13 +73,17 @@ async def run(args: argparse.Namespace) -> int:
     async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
                        name="crr-health") as nc:
         contents = await read_snapshot(nc)
+    live = (warn_unless_live(contents.projectors, "health") if args.json
+            else liveness_now(contents.projectors))
     rows = reporter_rows(contents.hosts.values(), contents.cluster)
     if args.reporter:
         rows = [r for r in rows if r.reporter in set(args.reporter)]
     if args.json:
         sys.stdout.buffer.write(msgspec.json.encode(rows) + b"\n")
-    elif not rows:
-        print("no reporter has reported yet (is a projector running, and a catalog applied?)")
     else:
-        print(render(rows, color=sys.stdout.isatty()))
-    return 1 if any(r.failing for r in rows) else 0
+        if not rows:
+            print("no reporter has reported yet (is a projector running, and a catalog applied?)")
+        else:
+            print(render(rows, color=sys.stdout.isatty()))
+        print(f"projector: {live.detail}")
+    return 1 if live.state != "live" or any(r.failing for r in rows) else 0

@@ -40,7 +40,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="change an existing stream's settings (e.g. to repartition)")
     p.add_argument("--id", dest="projector_id", default=None,
                    help="projector id in status and lease records (default host-random)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, serve_metrics=True)
 
 
 async def run(args: argparse.Namespace) -> int:

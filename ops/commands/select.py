@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from bus.connection import connect
+from ops.liveness import warn_unless_live
 from ops.view import loaded_view
 
 
@@ -31,6 +32,7 @@ async def run(args: argparse.Namespace) -> int:
                 loaded_view(nc) as view):
         compiled = view.compile(args.expr)
         hosts = view.select(compiled)
+        warn_unless_live(view.projectors, "select")
     if compiled.note:
         print(f"crr select: note: {compiled.note}", file=sys.stderr)
     if args.json:

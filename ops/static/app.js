@@ -5,7 +5,7 @@
                            "silent", "rejecting"]);
   const status = window.crrStatus = {
     loadId: Math.random().toString(36).slice(2), // unchanged unless the page reloads
-    connected: false, loaded: false, updates: 0,
+    connected: false, loaded: false, updates: 0, liveness: null,
     cell(host, resource) {  // what a test (or a curious operator) sees in one cell
       const td = document.querySelector(
         `#hosts tr[data-host="${CSS.escape(host)}"] td[data-resource="${CSS.escape(resource)}"]`);
@@ -188,6 +188,19 @@
       const lag = all.reduce((sum, q) => sum + q.lag, 0);
       $("#projector").textContent =
         `${all.length}/${n} partitions, covered to seq ${covered}, lag ${lag}`;
+    });
+    // The projector's liveness, as the server derives it (projections/freshness.py): shown
+    // as is; while it is not live nobody rewrites expired values, so the table is reloaded
+    // from /v1/hosts, which serves every value as it is now.
+    es.addEventListener("liveness", async (e) => {
+      const live = JSON.parse(e.data);
+      status.liveness = live;
+      const span = $("#liveness");
+      span.textContent = `projector ${live.detail}`;
+      span.className = `liveness ${live.state}`;
+      if (live.state !== "live" && status.loaded) {
+        try { await load(); } catch (err) { log(`reload failed: ${err.message}`); }
+      }
     });
     es.onerror = () => {
       status.connected = false;

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from projections.host_table import Freshness, HostTable, entry_code, freshness_at
+from projections.freshness import freshness_at
+from projections.host_table import Freshness, HostTable, entry_code
 from projections.select.ast import (
     Arith,
     Bool,

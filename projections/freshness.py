@@ -1,0 +1,184 @@
+"""The one freshness rule and the one liveness rule every surface applies at `now`.
+
+Pure: no IO, no clock — `now` is an argument.  Every reader of CRR_SNAPSHOT
+(`crr hosts`, `crr health`, the REST API and its event stream, the status
+page through them, `select[]` and `explain`) derives what it shows through
+these functions, so no two surfaces can disagree.
+
+**Freshness of a value** (`value_state`): the projector writes a value
+`stale` when its `expires_at` passes — but only while it runs.  A reader
+therefore takes the recorded state *and* the clock: a value is `stale` when
+the record says so or its `expires_at` ≤ `now` (also a value the reporter
+said was null: the projector turns those stale at the same deadline);
+before that, `fresh` stays fresh and `unknown` (the reporter said null)
+stays unknown — never fresh.  `host_at` / `cluster_at` apply the rule to a
+whole record and keep the HostSnapshot shape (DESIGN §4): an entry that
+went stale is written as the projector would have written it (`value`
+null, `last_value` kept, `stale_since` = its `expires_at`).
+
+**Liveness of the projector** (`projector_liveness`): from the status
+records of the current layout (one, or one per partition).  `absent`: no
+status record at all (no projector ever ran); `silent`: the oldest status's
+`last_tick` is more than `silent_after` seconds old, or a partition of the
+layout has written none; else `live`.  The projector writes its status at
+least once per status interval (1 s by default), so a silent projector is
+stopped, stuck or cut off from NATS.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Final, Literal, TypeVar
+
+import msgspec
+
+from projections.host_table import ABSENT, FRESH, NULL, STALE, Freshness, expires_seconds
+from schemas.snapshot import (
+    ClusterSnapshot,
+    HostSnapshot,
+    InventoryEntry,
+    ProjectorStatus,
+    ValueEntry,
+    ValueState,
+)
+
+DEFAULT_SILENT_AFTER: Final = 15.0
+"""Seconds without a projector status after which the projector counts as silent."""
+
+_CODE_STATES: Final[dict[int, ValueState]] = {FRESH: "fresh", STALE: "stale", NULL: "unknown"}
+
+
+def value_state(recorded: ValueState, expires_at: float, now: float) -> ValueState:
+    """The state of a value at `now`: stale once `expires_at` ≤ `now`, else as recorded."""
+    if recorded == "stale" or expires_at <= now:
+        return "stale"
+    return recorded
+
+
+def freshness_at(code: int, expires: float, now: float) -> Freshness:
+    """`value_state` for a `HostTable` state code (`select[]` and `explain` use this)."""
+    if code == ABSENT:
+        return "never_reported"
+    return value_state(_CODE_STATES[code], expires, now)
+
+
+def entry_at(entry: ValueEntry, now: float) -> ValueEntry:
+    """`entry` as it is at `now` (the same object when its state did not change)."""
+    if entry.state == "stale" or value_state(entry.state, expires_seconds(entry.expires_at),
+                                             now) != "stale":
+        return entry
+    return msgspec.structs.replace(entry, value=None, state="stale", last_value=entry.value,
+                                   stale_since=entry.expires_at)
+
+
+def inventory_at(entry: InventoryEntry, now: float) -> InventoryEntry:
+    """An inventory entry as it is at `now` (same rule as values)."""
+    if entry.state == "stale" or value_state(entry.state, expires_seconds(entry.expires_at),
+                                             now) != "stale":
+        return entry
+    return msgspec.structs.replace(entry, state="stale", stale_since=entry.expires_at)
+
+
+_Entry = TypeVar("_Entry", ValueEntry, InventoryEntry)
+_Record = TypeVar("_Record", HostSnapshot, ClusterSnapshot)
+
+
+def _entries_at(entries: dict[str, _Entry], now: float,
+                at: Callable[[_Entry, float], _Entry]) -> dict[str, _Entry]:
+    """`entries` with `at` applied (the same dict when nothing changed)."""
+    out: dict[str, _Entry] | None = None
+    for name, entry in entries.items():
+        changed = at(entry, now)
+        if changed is not entry:
+            if out is None:
+                out = dict(entries)
+            out[name] = changed
+    return entries if out is None else out
+
+
+def _record_at(snap: _Record, now: float) -> _Record:
+    values = _entries_at(snap.values, now, entry_at)
+    inventory = _entries_at(snap.inventory, now, inventory_at)
+    if values is snap.values and inventory is snap.inventory:
+        return snap
+    return msgspec.structs.replace(snap, values=values, inventory=inventory)
+
+
+def earliest_expiry(snap: HostSnapshot | ClusterSnapshot) -> float:
+    """The first `expires_at` of a value or inventory not yet stale (+inf: none):
+    before it, `host_at(snap, now)` is `snap` itself (readers cache this per record)."""
+    times = [expires_seconds(e.expires_at) for e in snap.values.values() if e.state != "stale"]
+    times += [expires_seconds(e.expires_at) for e in snap.inventory.values()
+              if e.state != "stale"]
+    return min(times, default=math.inf)
+
+
+def host_at(snap: HostSnapshot, now: float) -> HostSnapshot:
+    """A host record with every value and inventory as it is at `now` (same shape)."""
+    return _record_at(snap, now)
+
+
+def cluster_at(snap: ClusterSnapshot, now: float) -> ClusterSnapshot:
+    """The cluster record as it is at `now` (see `host_at`)."""
+    return _record_at(snap, now)
+
+
+LivenessState = Literal["live", "silent", "absent"]
+
+
+class ProjectorLiveness(msgspec.Struct, frozen=True, kw_only=True):
+    """Whether the projector(s) behind a snapshot are alive at `now`, and how far behind."""
+
+    state: LivenessState
+    last_status_age: float | None
+    """Seconds since the oldest current status's `last_tick` (None: no status)."""
+    lag: int | None
+    """Events stored but not yet applied, summed over the partitions (None: no status)."""
+    silent_after: float
+    """The threshold (seconds) past which a status counts as silent."""
+    partitions: int = 0
+    """Status records of the current layout seen."""
+    expected: int | None = None
+    """Status records the current layout has (None: unknown)."""
+    detail: str = ""
+    """One line for people: `live: last status 0.4 s ago, lag 0`."""
+
+
+def status_age(status: ProjectorStatus, now: float) -> float:
+    """Seconds since `status` was written (its `last_tick`); +inf if that does not parse."""
+    tick = expires_seconds(status.last_tick)
+    return math.inf if tick == -math.inf else max(0.0, now - tick)
+
+
+def projector_liveness(
+    statuses: Sequence[ProjectorStatus], now: float, silent_after: float = DEFAULT_SILENT_AFTER,
+) -> ProjectorLiveness:
+    """The projector's liveness at `now` from the current layout's status records
+    (`Coverage.current`: one, or one per partition of the same N)."""
+    expected = None
+    if statuses:
+        first = statuses[0]
+        expected = 1 if first.partition is None else first.partitions
+    if not statuses:
+        return ProjectorLiveness(
+            state="absent", last_status_age=None, lag=None, silent_after=silent_after,
+            expected=expected,
+            detail="absent: no projector status in the snapshot (is a projector running?)")
+    age = max(status_age(st, now) for st in statuses)
+    lag = sum(st.lag for st in statuses)
+    missing = (expected or len(statuses)) - len(statuses)
+    shown = "never" if math.isinf(age) else f"{age:.1f} s ago"
+    facts = f"last status {shown}, lag {lag}"
+    if age > silent_after:
+        state: LivenessState = "silent"
+        detail = f"silent: {facts} (silent after {silent_after:g} s)"
+    elif missing > 0:
+        state = "silent"
+        detail = f"silent: {missing} of {expected} partition(s) wrote no status; {facts}"
+    else:
+        state = "live"
+        detail = f"live: {facts}"
+    return ProjectorLiveness(state=state, last_status_age=None if math.isinf(age) else age,
+                             lag=lag, silent_after=silent_after, partitions=len(statuses),
+                             expected=expected, detail=detail)
