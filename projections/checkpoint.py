@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from bus.subjects import CATALOG, parse_event_subject
+from bus.subjects import CATALOG, parse_event_subject, parse_forget_subject
 from projections.fold import install, set_catalog
 from projections.state import Batch, InventorySlot, ProjectionState, Record, ReporterRecord
 from schemas.catalog import Catalog
@@ -346,7 +346,9 @@ class Lazy:
             self.everything(state)
             return
         try:
-            host = parse_event_subject(subject)[2]
+            # A forget instruction needs its host in place too, or the fold would drop
+            # nothing and the host's restored record would come back later.
+            host = parse_forget_subject(subject) or parse_event_subject(subject)[2]
         except SubjectError:
             host = None
         if host is not None and host in self._raw:

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bus.subjects import forget_subject
 from projections.checkpoint import (
     CheckpointError,
     CheckpointRecord,
@@ -27,6 +28,7 @@ from projections.fold import apply, expire, fold
 from projections.state import ProjectionState, cluster_snapshot, host_snapshot
 from schemas.catalog_loader import catalog_from_wire
 from schemas.codec import encode
+from schemas.events import Forget
 from tests.fold_support import T0, catalog_env, health_env, report_env
 from tests.test_fold_properties import events, snapshot_bytes
 
@@ -213,3 +215,23 @@ def test_records_newer_than_the_status_are_not_applied_twice(
     deferred.place_rest(state)
     expire(state, now)
     assert snapshot_bytes(state) == snapshot_bytes(reference)
+
+
+def test_a_forget_after_a_lazy_restore_drops_the_waiting_record() -> None:
+    """`crr hosts forget` right after a restart: the host's record still waits in `Lazy`
+    (its first deadline is far off), and the forget instruction must place it first —
+    else the fold drops nothing and the record comes back when placed later."""
+    t = T0 + JITTER
+    state = fold([catalog_env(1, t),
+                  report_env(2, t + 1, "scratch", "n1", {"scratch_free": 5}),
+                  report_env(3, t + 1, "scratch", "n2", {"scratch_free": 7})])
+    lazy = Lazy()
+    again = restarted(state, t + 2, lazy)
+    assert "n1" not in again.hosts  # nothing placed yet
+    assert len(lazy) == 2
+    body = encode(Forget(host="n1", requested_at="2026-12-02T14:00:00.000Z"))
+    forget = Envelope(seq=4, subject=forget_subject("n1"), received_at=t + 3, data=body)
+    lazy.before(again, forget.subject, forget.received_at)
+    apply(again, forget)
+    lazy.everything(again)
+    assert sorted(again.hosts) == ["n2"]
