@@ -27,6 +27,7 @@ from typing import Any
 
 import nats
 import nats.errors
+import nats.js.errors
 import tenacity
 from nats.aio.client import Client
 
@@ -79,14 +80,57 @@ def _is_fatal(exc: BaseException) -> bool:
     return _is_auth_error(exc) or isinstance(exc, ssl.SSLCertVerificationError)
 
 
+NO_STREAMS = "no crr streams on this server: start `crr projector` (it creates them)"
+_STREAM_NOT_FOUND = 10059  # JetStream API err_code
+
+
+def describe(exc: BaseException) -> str:
+    """`exc` as one non-empty line (some nats-py and asyncio errors have no text).
+
+    A JetStream "stream not found" says what to do about it instead.
+    """
+    if isinstance(exc, nats.js.errors.NotFoundError) and exc.err_code == _STREAM_NOT_FOUND:
+        return NO_STREAMS
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def display_url(url: str | None) -> str:
+    """The server list `url` (default: `default_url()`) as messages show it: no passwords."""
+    return ",".join(_redact(s.strip()) for s in (url or default_url()).split(",") if s.strip())
+
+
+_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+def check_urls(url: str) -> list[str]:
+    """The comma-separated server list `url`, each checked for a scheme nats-py speaks.
+
+    `http://…` (a common slip: the monitoring port) would otherwise be tried
+    five times and fail with an unhelpful name-resolution error.
+    """
+    servers = [s.strip() for s in url.split(",") if s.strip()]
+    if not servers:
+        raise NotConnectedError(f"no NATS server URL given ({url!r})")
+    for s in servers:
+        scheme, sep, _ = s.partition("://")
+        if sep and scheme.lower() not in _SCHEMES:
+            raise NotConnectedError(
+                f"unsupported URL scheme {scheme!r} in {_redact(s)}: use nats://, tls://, "
+                "ws:// or wss:// (the NATS client port, usually 4222)")
+    return servers
+
+
 def _error_callback(
-    listeners: list[ErrorListener], seen: list[Exception], fatal: asyncio.Event
+    listeners: list[ErrorListener], seen: list[Exception], fatal: asyncio.Event,
+    connected: list[bool],
 ) -> Callable[[Exception], Any]:
     async def on_error(exc: Exception) -> None:
         seen[:] = [exc]  # the last one: why a connect attempt failed
         if _is_fatal(exc):
             fatal.set()
-        log.warning("nats: %s", exc)
+        # While connecting, the failure reaches the caller as one error (or, for a
+        # service retrying forever, as one WARNING per attempt): no per-server noise.
+        log.log(logging.WARNING if connected else logging.DEBUG, "nats: %s", describe(exc))
         for listener in list(listeners):
             try:
                 listener(exc)
@@ -195,13 +239,14 @@ async def open_connection(
     Raises `AuthError` at once for refused credentials (retrying cannot help)
     and `NotConnectedError` with the URL when no server answered.
     """
-    servers = [s.strip() for s in (url or default_url()).split(",") if s.strip()]
+    servers = check_urls(url or default_url())
     if creds is not None and not os.path.isfile(creds):  # noqa: ASYNC240 - one stat, at startup
         raise AuthError(f"credentials file not found: {creds}")
     listeners: list[ErrorListener] = []
     reconnect_listeners: list[ReconnectListener] = []
     seen: list[Exception] = []
     fatal = asyncio.Event()
+    connected: list[bool] = []  # non-empty once connected (error_cb then logs at WARNING)
     shown = ",".join(_redact(s) for s in servers)  # for messages: no user:password@
     tls: ssl.SSLContext | None = None
     if tls_ca is not None or any(s.startswith("tls://") for s in servers):
@@ -217,7 +262,7 @@ async def open_connection(
         "max_reconnect_attempts": 1,
         "reconnect_time_wait": 0.2,
         "reconnect_to_server_handler": _pick_server,
-        "error_cb": _error_callback(listeners, seen, fatal),
+        "error_cb": _error_callback(listeners, seen, fatal, connected),
         "disconnected_cb": _on_disconnect,
         "reconnected_cb": _reconnect_callback(reconnect_listeners),
         "pending_size": 64 * 1024 * 1024,
@@ -232,9 +277,12 @@ async def open_connection(
         wait=tenacity.wait_exponential(multiplier=0.2, max=5.0) + tenacity.wait_random(0, 0.5),
         retry=tenacity.retry_if_exception(lambda e: not isinstance(e, AuthError)),
         reraise=True,
-        before_sleep=lambda rs: log.warning(
-            "cannot reach NATS at %s (%s); retrying", shown,
-            rs.outcome.exception() if rs.outcome else "?",
+        # A service (attempts=None) says so at WARNING each time; a one-shot command
+        # fails with one line at the end, so its retries are INFO.
+        before_sleep=lambda rs: log.log(
+            logging.WARNING if attempts is None else logging.INFO, "%s; retrying",
+            describe(rs.outcome.exception() or NotConnectedError(shown)) if rs.outcome
+            else f"cannot reach NATS at {shown}",
         ),
     )
     try:
@@ -248,22 +296,34 @@ async def open_connection(
                     cause = exc if _is_auth_error(exc) or not seen else seen[0]
                     if _is_auth_error(cause):
                         raise AuthError(f"NATS at {shown} refused the credentials: "
-                                        f"{cause}") from None
+                                        f"{describe(cause)}") from None
                     if isinstance(cause, ssl.SSLCertVerificationError):
                         raise NotConnectedError(
                             f"NATS at {shown}: the server's TLS certificate is not trusted "
                             f"({cause.verify_message}); pass its CA with --tls-ca") from None
-                    last = f" (last error: {cause})" if cause is not exc else ""
                     raise NotConnectedError(
-                        f"cannot reach NATS at {shown}: {exc or type(exc).__name__}{last}"
-                    ) from None
+                        f"cannot reach NATS at {shown}: {_why(exc, cause)}") from None
                 nc.options["max_reconnect_attempts"] = -1
+                connected.append(True)
                 nc.options[_LISTENERS] = listeners
                 nc.options[_RECONNECT_LISTENERS] = reconnect_listeners
                 return nc
     except tenacity.RetryError as exc:  # pragma: no cover - reraise=True makes this unreachable
         raise NotConnectedError(f"cannot reach NATS at {shown}") from exc
     raise NotConnectedError(f"cannot reach NATS at {shown}")  # pragma: no cover
+
+
+def _why(exc: BaseException, cause: BaseException) -> str:
+    """What made a connect attempt fail, said once: the underlying error when there is one.
+
+    nats-py ends a failed attempt with "no servers available for connection";
+    the reason (refused, unknown host, timeout) is what `error_cb` saw.
+    """
+    if cause is exc:
+        return describe(exc)
+    if isinstance(exc, nats.errors.NoServersError):
+        return describe(cause)
+    return f"{describe(exc)} (last error: {describe(cause)})"
 
 
 async def _connect_once(

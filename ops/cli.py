@@ -11,22 +11,36 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import logging
 import os
 import pkgutil
+import re
+import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import nats.errors
 import nats.js.errors
 
 import ops.commands
+from bus.connection import NO_STREAMS, describe
 from ops.telemetry import configure_telemetry
 from schemas.errors import CatalogError, CrrError, ExpressionError
 
+# A relative time (`-15m`, `-1h30m`, `-250ms`) or a negative number is a value, not an
+# option: `--since -15m` works as the README writes it.  argparse decides this with
+# its negative-number pattern, per parser; every crr parser uses this one.
+RELATIVE_OR_NEGATIVE = re.compile(r"^-(\d+(\.\d+)?(ms|s|m|h|d)?)+$|^-\.\d+$")
+
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = RELATIVE_OR_NEGATIVE
+
     def error(self, message: str) -> None:  # type: ignore[override]
         """Usage errors: one line, exit 2 (argparse's convention)."""
         self.exit(2, f"crr: error: {message} (see `{self.prog} --help`)\n")
@@ -68,7 +82,24 @@ def _one_line(exc: BaseException) -> str:
         return str(exc)  # a catalog error lists every problem, one per line
     if isinstance(exc, ExpressionError):
         return exc.pretty()
-    return " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, nats.js.errors.NoStreamResponseError | nats.errors.NoRespondersError):
+        return NO_STREAMS  # a JetStream publish that no stream captured
+    if isinstance(exc, nats.errors.MaxPayloadError):
+        return ("message larger than the server's max_payload (1 MiB by default): "
+                + describe(exc))
+    return describe(exc)
+
+
+def _quiet_broken_pipe() -> int:
+    """`crr … | head`: the reader went away.  Exit like a process killed by SIGPIPE, quietly.
+
+    stdout is pointed at /dev/null so the interpreter's final flush does not
+    complain a second time.
+    """
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -87,15 +118,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutdown_telemetry()
     except KeyboardInterrupt:
         return 130
-    except CrrError as exc:
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+    except (CrrError, OSError, nats.errors.Error, nats.js.errors.Error) as exc:
         print(f"crr {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 1
-    except (OSError, nats.errors.Error, nats.js.errors.Error) as exc:
-        what = _one_line(exc)
-        if isinstance(exc, nats.errors.MaxPayloadError):
-            what = "message larger than the server's max_payload (1 MiB by default): " + what
-        print(f"crr {args.command}: error: {what}", file=sys.stderr)
-        return 1
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
     return code
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bus.connection import connect
+from bus.connection import connect, display_url
 from ops.shutdown import stop_on_signals
 from schemas.errors import CrrError
 
@@ -37,8 +37,9 @@ async def run(args: argparse.Namespace) -> int:
         await view.start()
         app, api = create_app(view)
         host, port = sock.getsockname()[:2]
-        print(f"crr api: serving on http://{host}:{port}/ (OpenAPI: /schema/openapi.json)",
-              flush=True)
+        print(f"crr api: serving on http://{host}:{port}/ from {display_url(args.server)} "
+              "(OpenAPI: /openapi.json, docs: /docs); /healthz is 503 until the snapshot "
+              "is loaded", flush=True)
         try:
             await serve(app, api, sock, stop)
         finally:
