@@ -212,7 +212,7 @@ class ReporterRunner:
         self._last_health = key
         self.publisher.health(state, detail, exit_code)
         self.observer.health(self.name, state)
-        if state in ("ok", "stopped", "restarting"):
+        if state in ("ok", "stopped", "restarting", "not_applicable"):  # not_applicable: by design
             log.info("reporter %s: %s%s", self.name, state, f" ({detail})" if detail else "")
         else:
             log.warning("reporter %s: %s%s", self.name, state, f" ({detail})" if detail else "")

@@ -35,10 +35,13 @@ async def nc(nats_url: str) -> AsyncIterator[Client]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`slow` tests run only when selected (`pytest -m slow`); the default run stays fast."""
-    if "slow" in (config.getoption("markexpr", "") or ""):
-        return
-    skip = pytest.mark.skip(reason="slow: run with `pytest -m slow`")
-    for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+    """`slow` and `packaging` tests run only when selected (`pytest -m slow`, `-m packaging`);
+    the default run stays fast."""
+    selected = config.getoption("markexpr", "") or ""
+    for marker in ("slow", "packaging"):
+        if marker in selected:
+            continue
+        skip = pytest.mark.skip(reason=f"{marker}: run with `pytest -m {marker}`")
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from producers.publisher import ReporterPublisher
 from producers.runner import ReporterRunner, RunnerConfig
+from producers.spawn import CommandError, resolve_command
 from schemas.catalog import ReporterSpec
 from tests.agent_support import (
     GOOD_MAX_GAP,
@@ -252,14 +255,29 @@ async def test_missing_command_is_failed(nats_url: str, tmp_path: Path) -> None:
 
 
 async def test_non_executable_command_is_failed(nats_url: str, tmp_path: Path) -> None:
-    """A script without the execute bit is `failed` ("not executable"), with a hint."""
-    write_script(tmp_path, "noexec.sh", "#!/bin/sh\necho '{}'\n", executable=False)
+    """A file without the execute bit and without a `#!` line is `failed` ("not
+    executable"), with a hint."""
+    write_script(tmp_path, "noexec.sh", "echo '{}'\n", executable=False)
     spec = fast(["noexec.sh"])
     async with running_agent(nats_url, good_catalog(tmp_path, bad=spec), tmp_path) as rig:
         health = await rig.recorder.wait_state("bad", "failed")
         assert health.detail is not None
         assert f"command is not executable: {tmp_path / 'noexec.sh'}" in health.detail
         await _good_on_time(rig)
+
+
+def test_script_without_execute_bit_runs_through_its_shebang(tmp_path: Path) -> None:
+    """pip drops the execute bit of packaged scripts: a `#!` line is enough to run one,
+    through the interpreter it names (with its one argument), as the kernel would."""
+    write_script(tmp_path, "a.py", "#!/usr/bin/env python3\nprint('{}')\n", executable=False)
+    write_script(tmp_path, "b.sh", "#!/bin/sh\necho '{}'\n", executable=False)
+    write_script(tmp_path, "c.sh", "#!/no/such/shell\necho '{}'\n", executable=False)
+    assert resolve_command(["a.py", "-x"], tmp_path, "/usr/bin:/bin") == [
+        "/usr/bin/env", "python3", str(tmp_path / "a.py"), "-x"]
+    assert resolve_command(["b.sh"], tmp_path, "/usr/bin:/bin") == ["/bin/sh",
+                                                                     str(tmp_path / "b.sh")]
+    with pytest.raises(CommandError, match="not executable"):
+        resolve_command(["c.sh"], tmp_path, "/usr/bin:/bin")
 
 
 def test_backoff_delays_stay_within_floor_and_cap() -> None:
