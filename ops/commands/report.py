@@ -83,6 +83,6 @@ async def run(args: argparse.Namespace) -> int:
         verdict = await outcome(nc, seq=ack.seq, reporter=args.reporter, host=args.host,
                                 observed_at=observed_at, names=list(values),
                                 timeout=args.timeout)
-    for line in verdict.lines():
-        print(line, file=sys.stdout if verdict.ok else sys.stderr)
+    for line in verdict.lines():  # what was applied on stdout, every problem on stderr
+        print(line, file=sys.stdout if line.startswith("applied:") else sys.stderr)
     return 0 if verdict.ok else 1
