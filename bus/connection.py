@@ -17,6 +17,7 @@ and handed to the listeners registered with `add_error_listener`.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 import random
@@ -179,9 +180,11 @@ def credential_options(path: str) -> dict[str, Any]:
         raise AuthError(f"cannot read credentials file {path}: "
                         f"{getattr(exc, 'strerror', None) or type(exc).__name__}") from None
     if "BEGIN NATS USER JWT" in text:
+        _need_nkeys(path)
         return {"user_credentials": path}
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
     if len(lines) == 1 and lines[0].startswith("SU") and ":" not in lines[0]:
+        _need_nkeys(path)
         return {"nkeys_seed": path}
     fields = {}
     for ln in lines:
@@ -192,6 +195,15 @@ def credential_options(path: str) -> dict[str, Any]:
         return {"user": fields["user"], "password": fields["password"]}
     raise AuthError(f"credentials file {path}: not a NATS .creds file, an nkey seed file "
                     "or a user:/password: file")
+
+
+def _need_nkeys(path: str) -> None:
+    """nats-py signs with the `nkeys` package (the `auth` extra); say so before connecting."""
+    try:
+        importlib.import_module("nkeys")
+    except ImportError:
+        raise AuthError(f"credentials file {path} holds an nkey: nkeys is not installed "
+                        "(the auth extra): pip install 'crr[auth]'") from None
 
 
 async def _on_disconnect() -> None:

@@ -30,6 +30,7 @@ log = logging.getLogger("crr.health")
 _RED = "\x1b[1;31m"
 _RESET = "\x1b[0m"
 _MIN_DETAIL = 20
+_DEADLETTER_WINDOW = 3600.0
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -40,7 +41,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="a JSON array of {reporter, host, state, failing, since, detail, …}")
     p.add_argument("--reporter", action="append", default=None, metavar="NAME",
                    help="only this reporter (repeatable)")
-    p.add_argument("--deadletters-since", type=parse_duration, default=3600.0,
+    p.add_argument("--deadletters-since", type=parse_duration, default=_DEADLETTER_WINDOW,
                    metavar="DURATION", help="count dead letters of this long ago and since "
                    "(default 1h; the DEAD column and `deadletters` in --json)")
     p.set_defaults(func=run)
@@ -82,7 +83,8 @@ async def run(args: argparse.Namespace) -> int:
                        name="crr-health") as nc:
         contents = await read_snapshot(nc)
         try:
-            letters = await read_deadletters(nc, time.time() - args.deadletters_since)
+            window = getattr(args, "deadletters_since", _DEADLETTER_WINDOW)
+            letters = await read_deadletters(nc, time.time() - window)
         except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
             print(f"crr health: dead letters not read ({describe(exc)})", file=sys.stderr)
             letters = []
