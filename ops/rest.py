@@ -36,6 +36,7 @@ import uvicorn
 from litestar import Litestar, MediaType, Request, Response, get
 from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Tag
 from litestar.params import PathParameter, QueryParameter
 from litestar.response import File, ServerSentEvent
@@ -50,6 +51,7 @@ from bus.subjects import (
     is_projector_status,
     untoken,
 )
+from ops import api_docs
 from ops.reporter_health import ReporterHealth, reporter_rows
 from ops.view import SchedulerView
 from projections.host_table import expires_seconds
@@ -57,6 +59,7 @@ from projections.select import Explanation
 from schemas.catalog import ResourceSpec
 from schemas.errors import CrrError, ExpressionError, NotReadyError, SubjectError
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus, ValueState
+from schemas.timestamps import format_time
 
 log = logging.getLogger("crr.api")
 
@@ -85,8 +88,10 @@ class SelectResult(msgspec.Struct, frozen=True, kw_only=True):
 
     expression: str
     hosts: list[str]
-    at: float
-    """The `now` (epoch seconds) the expression was evaluated at."""
+    at: str
+    """The `now` the expression was evaluated at (RFC 3339, like every other time)."""
+    at_ts: float
+    """The same instant in epoch seconds (the numeric twin)."""
     explanation: Explanation | None = None
 
 
@@ -263,8 +268,8 @@ class Api:
                 if host is None:
                     raise ValidationException("explain=true needs host=<name>")
                 explanation = view.explain(expr, host, now)
-            return SelectResult(expression=expr, hosts=view.select(compiled, now), at=now,
-                                explanation=explanation)
+            return SelectResult(expression=expr, hosts=view.select(compiled, now),
+                                at=format_time(now), at_ts=now, explanation=explanation)
 
         @get("/healthz", tags=["health"], summary="200 once the view is loaded, else 503")
         async def healthz() -> Healthz:
@@ -347,10 +352,11 @@ def create_app(view: SchedulerView, *, debug: bool = False) -> tuple[Litestar, A
     """The Litestar app over `view`, and its handler object (for `closing`, counters)."""
     api = Api(view)
     app = Litestar(
-        route_handlers=[*api.handlers(),
+        route_handlers=[*api.handlers(), *api_docs.HANDLERS,
                         create_static_files_router(path="/static", directories=[STATIC_DIR])],
         openapi_config=OpenAPIConfig(
-            title="crr", version="1",
+            # JSON only (/schema/openapi.json): Litestar's UIs load from a CDN; /docs does not.
+            title="crr", version="1", render_plugins=[JsonRenderPlugin()],
             description="Read-only REST API of crr (custom resource reporting): the scheduler "
                         "view's copy of CRR_SNAPSHOT.  Errors are RFC 9457 problem details.",
             tags=[Tag(name="hosts"), Tag(name="select"), Tag(name="catalog"),
