@@ -13,7 +13,8 @@ from schemas.errors import CrrError
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add `crr api`."""
     p = sub.add_parser("api", parents=[common],
-                       help="the REST API (OpenAPI at /openapi.json, docs at /docs) and status page (/)")
+                       help="the REST API (OpenAPI at /openapi.json, docs at /docs) and "
+                            "status page (/)")
     p.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT",
                    help="address to serve on (default 127.0.0.1:8080; port 0: any)")
     p.set_defaults(func=run)
