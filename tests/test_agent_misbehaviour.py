@@ -205,6 +205,23 @@ while :; do echo '{"values": {"bad_v": 4}}'; sleep 0.1; done
         await _good_on_time(rig)
 
 
+@pytest.mark.parametrize("mode", ["stream", "periodic"])
+async def test_stderr_written_as_the_script_exits_is_in_the_detail(
+        nats_url: str, tmp_path: Path, mode: str) -> None:
+    """The cause of a once-flaky detail (`stream ended (exit 2)` without its stderr): the
+    exit is seen before the last stderr bytes arrive.  Here they come 50 ms after the exit
+    (a child still holds stderr); the detail quotes them all the same."""
+    body = "#!/bin/sh\n(sleep 0.05; echo 'late reason' >&2) >/dev/null &\nexit 2\n"
+    _, spec = _catalog(tmp_path, "late.sh", body, mode=mode, backoff_floor=5.0,
+                       backoff_cap=5.0)
+    async with running_agent(nats_url, good_catalog(tmp_path, late=spec), tmp_path) as rig:
+        health = await rig.recorder.wait_state("late", "crashed" if mode == "stream"
+                                               else "failed")
+        assert health.detail is not None
+        assert health.detail.endswith("exit 2: late reason" if mode == "periodic"
+                                      else "(exit 2): late reason"), health.detail
+
+
 async def test_stream_restart_after_success_resets_backoff(nats_url: str, tmp_path: Path) -> None:
     """A stream that reports and then dies restarts at the floor delay each time (reset)."""
     body = "#!/bin/sh\necho '{\"values\": {\"bad_v\": 5}}'\nexit 1\n"
