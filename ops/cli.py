@@ -62,6 +62,52 @@ def common_options() -> argparse.ArgumentParser:
     return p
 
 
+# `--help` examples per command (shown under "examples:"); tests/test_doc_examples.py parses
+# every one with this parser and runs the one-shot ones against a real server.
+HELP_EXAMPLES: dict[str, list[str]] = {
+    "hosts": ["crr hosts", "crr hosts demo-node --json"],
+    "select": ["crr select 'select[datasets has \"imagenet\" && scratch_free > 50]' --json",
+               "crr select 'scratch_free > 1'"],
+    "explain": ["crr explain 'scratch_free > 1' --host demo-node"],
+    "health": ["crr health", "crr health --json --reporter scratch",
+               "crr health --deadletters-since 15m"],
+    "latency": ["crr latency --since -15m", "crr latency --since 15m --json"],
+    "events export": ["crr events export --since -15m --host demo-node"],
+    "replay": ["crr replay --at -1s --host demo-node", "crr replay --diff -15m now"],
+    "catalog apply": ["crr catalog apply ops/examples/resources.yaml"],
+    "catalog show": ["crr catalog show | head"],
+    "report": ["crr report --reporter flexlm matlab_free=12",
+               "crr report --reporter site_health --host node1 site_ok=true site_state=ok",
+               "crr report --reporter flexlm --no-wait matlab_free=12"],
+    "demo": ["crr demo --duration 30", "crr demo --secure --tls"],
+    "server": ["crr server --port 4222 --store /var/lib/crr/nats"],
+    "agent": ["crr agent --host node1 --reporters-dir /etc/crr"],
+    "projector": ["crr projector", "crr projector --ha --partitions 2 --partition 0 --update"],
+    "api": ["crr api --listen 127.0.0.1:8080"],
+}
+
+
+def _subparsers(parser: argparse.ArgumentParser, path: str = "") -> dict[str, Any]:
+    """Every sub-command parser by its path (`catalog show`)."""
+    out: dict[str, Any] = {}
+    for action in parser._actions:  # argparse keeps sub-parsers only here
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sp in action.choices.items():
+                full = f"{path} {name}".strip()
+                out[full] = sp
+                out.update(_subparsers(sp, full))
+    return out
+
+
+def _add_examples(parser: argparse.ArgumentParser) -> None:
+    for path, sp in _subparsers(parser).items():
+        examples = HELP_EXAMPLES.get(path)
+        if examples:
+            sp.formatter_class = argparse.RawDescriptionHelpFormatter
+            sp.epilog = "\n".join(["examples:", *(f"  {e}" for e in examples),
+                                    *([sp.epilog] if sp.epilog else [])])
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full `crr` parser, with every sub-command discovered in `ops.commands`."""
     parser = _Parser(prog="crr", description="crr — custom resource reporting for "
@@ -74,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         register = getattr(module, "register", None)
         if register is not None:
             register(sub, common)
+    _add_examples(parser)
     return parser
 
 

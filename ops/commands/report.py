@@ -29,12 +29,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add `crr report`."""
     p = sub.add_parser(
         "report", parents=[common], help="publish one report (name=value …) and say what "
-        "became of it", formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n"
-               "  crr report --reporter flexlm matlab_lic=12\n"
-               "  crr report --reporter site --host node1 site_ok=true\n"
-               "  crr report --reporter flexlm --no-wait matlab_lic=12\n"
-               "exit status: 0 when every value was applied; 1 when any was rejected, the "
+        "became of it",
+        epilog="exit status: 0 when every value was applied; 1 when any was rejected, the "
                "report\nwas dead-lettered, or no outcome came within --timeout")
     p.add_argument("--reporter", required=True, help="reporter name (owner of the resources)")
     p.add_argument("--host", default=None, help="host for host-scope values (omit for cluster)")
