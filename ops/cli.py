@@ -151,6 +151,13 @@ def _quiet_broken_pipe() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `crr` console script."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # also while printing --help or a usage error
+        return _quiet_broken_pipe()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level),
@@ -166,14 +173,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        return _quiet_broken_pipe()
+        raise
     except (CrrError, OSError, nats.errors.Error, nats.js.errors.Error) as exc:
         print(f"crr {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 1
-    try:
-        sys.stdout.flush()
-    except BrokenPipeError:
-        return _quiet_broken_pipe()
+    sys.stdout.flush()
     return code
 
 
