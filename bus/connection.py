@@ -90,9 +90,14 @@ def describe(exc: BaseException) -> str:
 
     A JetStream "stream not found" says what to do about it instead.
     """
-    if isinstance(exc, nats.js.errors.NotFoundError) and exc.err_code == _STREAM_NOT_FOUND:
+    if is_stream_not_found(exc):
         return NO_STREAMS
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def is_stream_not_found(exc: BaseException) -> bool:
+    """A JetStream "stream not found" (as opposed to a missing message)."""
+    return isinstance(exc, nats.js.errors.NotFoundError) and exc.err_code == _STREAM_NOT_FOUND
 
 
 def display_url(url: str | None) -> str:

@@ -16,13 +16,12 @@ import msgspec
 import nats.js.errors
 from nats.aio.client import Client
 
+from bus.connection import is_stream_not_found
 from bus.ordered import OrderedReader, StoredMessage
 from bus.subjects import DEADLETTER, EVENTS_STREAM, parse_event_subject, published_subject
 from schemas.codec import decode
 from schemas.errors import CrrTimeoutError, PayloadError, SubjectError
 from schemas.events import DeadLetter
-
-_STREAM_NOT_FOUND = 10059  # JetStream API err_code
 
 
 class DeadLetterCount(msgspec.Struct, frozen=True, kw_only=True):
@@ -65,7 +64,7 @@ async def read_deadletters(nc: Client, since: float, timeout: float = 30.0) -> l
     try:
         newest = await nc.jetstream().get_last_msg(EVENTS_STREAM, DEADLETTER)
     except nats.js.errors.NotFoundError as exc:
-        if exc.err_code == _STREAM_NOT_FOUND:
+        if is_stream_not_found(exc):
             raise
         return []  # no dead letter at all
     if newest.seq is None or (newest.time is not None and newest.time.timestamp() < since):
