@@ -74,6 +74,7 @@ def _is_auth_error(exc: BaseException) -> bool:
 
 ErrorListener = Callable[[Exception], None]
 _LISTENERS = "crr_error_listeners"
+_SEEN = "crr_seen_errors"
 
 
 def _is_fatal(exc: BaseException) -> bool:
@@ -128,7 +129,7 @@ def check_urls(url: str) -> list[str]:
 
 def _error_callback(
     listeners: list[ErrorListener], seen: list[Exception], fatal: asyncio.Event,
-    connected: list[bool],
+    connected: list[int],
 ) -> Callable[[Exception], Any]:
     async def on_error(exc: Exception) -> None:
         seen[:] = [exc]  # the last one: why a connect attempt failed
@@ -136,7 +137,10 @@ def _error_callback(
             fatal.set()
         # While connecting, the failure reaches the caller as one error (or, for a
         # service retrying forever, as one WARNING per attempt): no per-server noise.
-        log.log(logging.WARNING if connected else logging.DEBUG, "nats: %s", describe(exc))
+        # Once connected, a service logs what the server says at WARNING; a one-shot
+        # command at INFO, and `connect` names it in the command's one error line.
+        level = logging.DEBUG if not connected else connected[0]
+        log.log(level, "nats: %s", describe(exc))
         for listener in list(listeners):
             try:
                 listener(exc)
@@ -263,7 +267,7 @@ async def open_connection(
     reconnect_listeners: list[ReconnectListener] = []
     seen: list[Exception] = []
     fatal = asyncio.Event()
-    connected: list[bool] = []  # non-empty once connected (error_cb then logs at WARNING)
+    connected: list[int] = []  # once connected: the level error_cb logs at
     shown = ",".join(_redact(s) for s in servers)  # for messages: no user:password@
     tls: ssl.SSLContext | None = None
     if tls_ca is not None or any(s.startswith("tls://") for s in servers):
@@ -321,7 +325,9 @@ async def open_connection(
                     raise NotConnectedError(
                         f"cannot reach NATS at {shown}: {_why(exc, cause)}") from None
                 nc.options["max_reconnect_attempts"] = -1
-                connected.append(True)
+                connected.append(logging.WARNING if attempts is None else logging.INFO)
+                seen.clear()  # from now on: what the server said after connecting
+                nc.options[_SEEN] = seen
                 nc.options[_LISTENERS] = listeners
                 nc.options[_RECONNECT_LISTENERS] = reconnect_listeners
                 return nc
@@ -383,6 +389,14 @@ async def connect(
     nc = await open_connection(url, creds=creds, name=name, tls_ca=tls_ca, attempts=attempts)
     try:
         yield nc
+    except (TimeoutError, nats.errors.Error) as exc:
+        # A request the server's authorization refused ends in a bare timeout; the
+        # reason came separately, to error_cb.  A one-shot command says it.
+        said: list[Exception] = nc.options.get(_SEEN) or []
+        if attempts is not None and said and "permissions violation" in str(said[0]).lower():
+            raise AuthError(f"{describe(exc)}: the server refused it ({describe(said[0])})"
+                            ) from exc
+        raise
     finally:
         if nc.is_connected:
             try:

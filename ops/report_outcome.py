@@ -127,7 +127,7 @@ async def find_deadletter(nc: Client, seq: int) -> DeadLetter | None:
     Looked up with the stream's next-by-subject get, from `seq` on (a dead
     letter is stored after its event), so only dead letters are read.
     """
-    js = nc.jetstream()
+    js = nc.jetstream(timeout=2.0)  # a refusal (reporter credentials) ends in a timeout
     at = seq
     for _ in range(_DEADLETTER_SCAN):
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from nats.aio.client import Client
@@ -17,6 +18,7 @@ from schemas.errors import PayloadError
 from schemas.events import DeadLetter, check_finite
 from tests.cli_support import crr
 from tests.projector_support import publish_catalog, running_projector
+from tests.security_support import secure_rig
 
 
 async def _last_seq(nc: Client) -> int:
@@ -144,3 +146,44 @@ def test_deadletters_count_per_reporter_and_host() -> None:
     assert by_key[("flexlm", "n1")].state == "deadlettered"
     assert by_key[("flexlm", "n1")].failing
     assert rows[-1].reporter == "scratch"  # failing rows first
+
+
+async def test_outcome_with_reporter_credentials(tmp_path: Path) -> None:
+    """With a reporter's own credentials (publish its subjects, follow CRR_SNAPSHOT): the
+    outcome is read all the same; a rejected value gives its reason."""
+    async with secure_rig(tmp_path) as rig:
+        creds = str(rig.demo.bundle.for_reporter("flexlm"))
+        ok = await crr("report", "--server", rig.url, "--creds", creds, "--reporter", "flexlm",
+                       "matlab_free=3")
+        assert ok.code == 0, ok
+        assert "applied: matlab_free" in ok.out
+        bad = await crr("report", "--server", rig.url, "--creds", creds, "--reporter", "flexlm",
+                        "matlab_free=-3")
+        assert bad.code == 1, bad
+        assert bad.err_lines == ["rejected: matlab_free: -3 is below the minimum 0"]
+
+
+async def test_deadletter_with_reporter_credentials_is_one_clear_line(tmp_path: Path) -> None:
+    """A reporter's credentials cannot read CRR_EVENTS: a dead-lettered report still gets one
+    line saying it was not applied and why its reason cannot be read, exit 1."""
+    async with secure_rig(tmp_path) as rig:
+        creds = str(rig.demo.bundle.for_reporter("dsindex"))
+        ran = await crr("report", "--server", rig.url, "--creds", creds, "--reporter", "dsindex",
+                        "datasets=[\"c4\"]")
+    assert ran.code == 1, ran
+    assert len(ran.err_lines) == 1, ran.err
+    assert ran.err_lines[0].startswith("not applied: none of its values is in the snapshot; "
+                                       "cannot read crr.v1.deadletter"), ran.err
+
+
+async def test_refused_publish_names_the_refusal(tmp_path: Path) -> None:
+    """A publish the server's authorization drops ends in a bare timeout in nats-py; the one
+    error line names the permissions violation the server reported instead."""
+    async with secure_rig(tmp_path) as rig:
+        creds = str(rig.demo.bundle.for_reporter("flexlm"))
+        ran = await crr("report", "--server", rig.url, "--creds", creds, "--reporter", "flexlm",
+                        "--host", "node1", "matlab_free=3")
+    assert ran.code == 1, ran
+    assert len(ran.err_lines) == 1, ran.err
+    assert "the server refused it (nats: permissions violation for publish to " \
+           "\"crr.v1.report.host.node1.flexlm\")" in ran.err, ran.err
