@@ -73,7 +73,7 @@ HELP_EXAMPLES: dict[str, list[str]] = {
                "crr health --deadletters-since 15m"],
     "latency": ["crr latency --since -15m", "crr latency --since 15m --json"],
     "events export": ["crr events export --since -15m --host demo-node"],
-    "replay": ["crr replay --at -1s --host demo-node", "crr replay --diff -15m now"],
+    "replay": ["crr replay --at now --host demo-node", "crr replay --diff -15m now"],
     "catalog apply": ["crr catalog apply ops/examples/resources.yaml"],
     "catalog show": ["crr catalog show | head"],
     "report": ["crr report --reporter flexlm matlab_free=12",
