@@ -55,7 +55,7 @@ from ops import api_docs
 from ops.reporter_health import ReporterHealth, reporter_rows
 from ops.view import SchedulerView
 from projections.host_table import expires_seconds
-from projections.select import Explanation
+from projections.select import Explanation, Section
 from schemas.catalog import ResourceSpec
 from schemas.errors import CrrError, ExpressionError, NotReadyError, SubjectError
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus, ValueState
@@ -93,6 +93,11 @@ class SelectResult(msgspec.Struct, frozen=True, kw_only=True):
     at_ts: float
     """The same instant in epoch seconds (the numeric twin)."""
     explanation: Explanation | None = None
+    ignored_sections: list[Section] = msgspec.field(default_factory=list)
+    """For a whole LSF requirement string: its sections other than select (`rusage[...]`,
+    `order[...]`, …), which are the scheduler's and were not evaluated."""
+    note: str | None = None
+    """Says so in one line when `ignored_sections` is not empty."""
 
 
 class Healthz(msgspec.Struct, frozen=True, kw_only=True):
@@ -254,7 +259,9 @@ class Api:
         @get("/v1/select", tags=["select"], summary="Hosts matching a select[] expression")
         async def select(
             expr: Annotated[str, QueryParameter(
-                description="the expression, bare or wrapped: scratch_free > 100")],
+                description="the expression, bare or wrapped (scratch_free > 100), or a whole "
+                            "LSF requirement string (select[...] rusage[...] …: only the "
+                            "select section is evaluated)")],
             explain: Annotated[bool, QueryParameter(
                 description="also explain why `host` matches or not")] = False,
             host: Annotated[str | None, QueryParameter(
@@ -269,7 +276,9 @@ class Api:
                     raise ValidationException("explain=true needs host=<name>")
                 explanation = view.explain(expr, host, now)
             return SelectResult(expression=expr, hosts=view.select(compiled, now),
-                                at=format_time(now), at_ts=now, explanation=explanation)
+                                at=format_time(now), at_ts=now, explanation=explanation,
+                                ignored_sections=list(compiled.ignored_sections),
+                                note=compiled.note)
 
         @get("/healthz", tags=["health"], summary="200 once the view is loaded, else 503")
         async def healthz() -> Healthz:

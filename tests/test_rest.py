@@ -97,6 +97,30 @@ async def test_select_explain_and_problem_details(nc: Client) -> None:
         assert (await http.get("/v1/select")).status_code == 400
 
 
+async def test_select_whole_requirement_string(nc: Client) -> None:
+    """/v1/select takes what bsub -R takes: the select section is evaluated, the other
+    sections are listed in `ignored_sections` with a `note`; both are in the OpenAPI doc."""
+    async with running_api(nc) as rig, httpx.AsyncClient(base_url=rig.url) as http:
+        await _populated(nc, rig)
+        expr = "select [scratch_free > 100] rusage[mem=(100):duration=10] order[-ut]"
+        body = (await http.get("/v1/select", params={"expr": expr})).json()
+        assert body["hosts"] == ["node1"]
+        assert body["ignored_sections"] == [
+            {"name": "rusage", "text": "rusage[mem=(100):duration=10]", "column": 28},
+            {"name": "order", "text": "order[-ut]", "column": 58}]
+        assert "not evaluated" in body["note"]
+        plain = (await http.get("/v1/select", params={"expr": "scratch_free > 100"})).json()
+        assert plain["ignored_sections"] == []
+        assert plain["note"] is None
+        bad = (await http.get("/v1/select", params={"expr": "scratch_free > 1 rusge[m=1]"}))
+        assert bad.status_code == 400
+        assert bad.json()["column"] == 17
+        assert "unknown section 'rusge'" in bad.json()["detail"]
+        spec = (await http.get("/schema/openapi.json")).json()
+        result = spec["components"]["schemas"]["SelectResult"]["properties"]
+        assert {"ignored_sections", "note"} <= set(result)
+
+
 async def test_reporters_and_openapi(nc: Client) -> None:
     """/v1/reporters lists reporter health per host; /healthz the current projector status(es);
     the OpenAPI document names every endpoint."""

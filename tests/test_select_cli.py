@@ -69,13 +69,37 @@ def test_select_bad_expression_caret(url: str, capsys: pytest.CaptureFixture[str
     assert "Traceback" not in captured.err
 
 
-def test_select_unknown_resource_caret(url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """An unknown resource points at its own column."""
-    expr = "scratch_free > 3 || bogus_res == 1"
+@pytest.mark.parametrize(("expr", "name", "message"), [
+    ("scratch_free > 3 || bogus_res == 1", "bogus_res", "unknown resource 'bogus_res'"),
+    ("select[scratch_free > 1] rusge[mem=1]", "rusge", "unknown section 'rusge'"),
+])
+def test_select_unknown_name_caret(url: str, capsys: pytest.CaptureFixture[str], expr: str,
+                                   name: str, message: str) -> None:
+    """An unknown resource or requirement section is exit 1 naming it, the caret under it."""
     assert main(["select", expr, "--server", url]) == 1
     lines = capsys.readouterr().err.splitlines()
-    assert "bogus_res" in lines[0]
-    assert lines[2].index("^") - 2 == expr.index("bogus_res")
+    assert message in lines[0]
+    assert lines[2].index("^") - 2 == expr.index(name)
+
+
+def test_select_whole_requirement_string_notes_other_sections(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bsub -R string: the select section decides, stderr notes the sections not evaluated."""
+    expr = 'select [scratch_free >= 20 && datasets has "c4"] rusage[mem=100] span[hosts=1]'
+    assert main(["select", expr, "--json", "--server", url]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == ["n2", "n4"]
+    assert captured.err.startswith("crr select: note: crr evaluates the select section only; "
+                                   "rusage[mem=100] span[hosts=1] are for the scheduler")
+    assert main(["explain", "scratch_free > 15 order[ut]", "--host", "n4", "--json",
+                 "--server", url]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["selected"] is True
+    assert "crr explain: note:" in captured.err
+    assert "order[ut]" in captured.err
+    assert main(["select", "scratch_free > 15", "--server", url]) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_explain_text_and_json(url: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -26,7 +26,7 @@ CASES = [
     ("count(free) > 1", 6, "count() needs a string_set"),
     ("ds > 3", 0, "cannot compare the string_set ds"),
     ("free has 'x'", 0, "'has' needs a string_set resource"),
-    ("os == 3", 6, "cannot compare string os with numeric 3"),
+    ("os == -3", 6, "cannot compare string os with numeric -3"),
     ("free == 'x'", 8, "cannot compare numeric free with string"),
     ("free > 1 && fre > 2", 12, "unknown resource 'fre'; did you mean 'free'?"),
     ("nosuch", 0, "unknown resource 'nosuch'"),
@@ -59,6 +59,37 @@ CASES = [
     ("ok or has", 6, "expected an operand but found 'has'"),
     ("ds == ds", 0, "cannot compare the string_set ds"),
     ("ok == 1", 6, "cannot compare boolean ok with numeric 1"),
+    # whole LSF requirement strings: sections (issue 14)
+    ("select[free > 10] rusge[mem=100]", 18, "unknown section 'rusge'"),
+    ("select[free > 10] rusge[mem=100]", 18, "did you mean 'rusage'?"),
+    ("free > 10 frobnicate[1]", 10, "unknown section 'frobnicate'"),
+    ("selct[free > 10]", 0, "unknown section 'selct'"),
+    ("select[ok] select[free > 1]", 11, "a second select section"),
+    ("free > 1 select[ok]", 9, "a second select section"),
+    ("2*{select[ok]} + 4*{select[free > 1]}", 2, "compound and alternative requirements"),
+    ("{select[ok]} || {select[free > 1]}", 0, "compound and alternative requirements"),
+    ("select[ok] rusage[mem=(100]", 26, "']' does not match the '('"),
+    ("select[ok] rusage[mem=100", 17, "'rusage[' is not closed by ']'"),
+    ("select[ok] rusage[mem=(100", 22, "'(' is not closed"),
+    ("select[ok] order[ut] free > 1", 21, "unexpected text after 'order[...]'"),
+    ("select[ok] rusage[mem=1] || order[ut]", 25, "'||' between sections joins"),
+    ("select[ok] rusage[x='q]", 20, "unterminated string"),
+    ("select[free > 10 rusage[mem=1]]", 17, "unexpected 'rusage'"),
+    # LSF bare words outside a string comparison's right-hand side
+    ("RHEL4.6 == os", 5, "quote it ('RHEL4.6')"),
+    ("free == 1.3.29", 8, "invalid number '1.3.29' (quote it"),
+    ("os == free", 6, "cannot compare string os with numeric free"),
+    # `!`/`not` before an unparenthesised comparison: both readings, caret on the `!`
+    ("!free > 1", 0, "write !(free > 1) to negate the comparison, or (!free) > 1 for LSF's"),
+    ("ok && !os != 'b'", 6, "write !(os != 'b') to negate the comparison, or (!os) != 'b'"),
+    ("not free + 1 >= 2", 0, "write not (free + 1 >= 2) to negate the comparison, or "
+                             "(not free) + 1 >= 2 for LSF's reading ('not' binds tightest)"),
+    ("select[ok || not os == a] rusage[mem=1]", 13, "not (os == a) to negate the comparison, "
+                                                    "or (not os) == a"),
+    ("!-free * 2 < 1", 0, "write !(-free * 2 < 1) to negate the comparison, or "
+                          "(!-free) * 2 < 1"),
+    ("!count(ds) == 0", 0, "ambiguous '!' before a comparison: write !(count(ds) == 0) to "
+                           "negate the comparison, or (!count(ds)) == 0"),
 ]
 
 
@@ -102,6 +133,10 @@ def test_error_is_value_error() -> None:
         "os == region",
         "lic > 0 && site_up && models has 'h100'",
         "os == 'it\\'s'",
+        "select [free > 1] rusage[mem=(100):duration=10] order[-ut] span[hosts=1] "
+        "same[model] cu[maxcus=2] affinity[core(2,same=socket)*4]",
+        "os == RHEL4.6 && arch != XeonE5-2650 || region == 1.3.29",
+        "!ok && !(free > 1) || !ok == drain",
     ],
 )
 def test_accepted(expr: str) -> None:

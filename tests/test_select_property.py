@@ -1,6 +1,7 @@
 """Property: the columnar evaluator agrees with the row-wise reference interpreter.
 
-Random well-typed expressions over random hosts whose values are fresh,
+Random well-typed expressions (LSF bare words like `RHEL4.6` and `XeonE5-2650`
+included) over random hosts whose values are fresh,
 null, stale, expired by `now`, of the wrong kind or never reported; hosts
 are also removed and re-added so rows get reused.
 """
@@ -30,7 +31,9 @@ NUMERIC = [n for n, s in CATALOG.resources.items() if s.kind == "numeric"]
 BOOLEAN = [n for n, s in CATALOG.resources.items() if s.kind == "boolean"]
 STRING = [n for n, s in CATALOG.resources.items() if s.kind == "string"]
 SETS = [n for n, s in CATALOG.resources.items() if s.kind == "string_set"]
-WORDS = ["a", "b", "LINUX", "rhel9", ""]
+WORDS = ["a", "b", "LINUX", "rhel9", "", "RHEL4.6", "1.3.29", "XeonE5-2650"]
+BARE = ["LINUX", "rhel9", "RHEL4.6", "1.3.29", "XeonE5-2650", "x-1", "7"]
+"""LSF bare words: string literals on the right of a string resource."""
 MEMBERS = ["a", "b", "c"]
 
 numbers = st.sampled_from([0, 1, 2, 2.5, -1, 100, 1e300, 0.1])
@@ -107,7 +110,7 @@ def bool_expr(draw: st.DrawFn, depth: int) -> str:
         return f"{draw(num_expr(min(depth, 2)))} {draw(cmp)} {draw(num_expr(min(depth, 2)))}"
     if choice == 3:
         left = draw(st.sampled_from(STRING))
-        right = draw(st.one_of(str_expr(), st.sampled_from(["LINUX", "rhel9"])))
+        right = draw(st.one_of(str_expr(), st.sampled_from(BARE)))
         return f"{left} {draw(cmp)} {right}"
     if choice == 4:
         return f"{draw(str_expr())} {draw(cmp)} {draw(str_expr())}"
@@ -184,3 +187,17 @@ def test_wrapped_equals_bare(expr: str) -> None:
     assert bare.resources == wrapped.resources
     assert type(bare.tree) is type(wrapped.tree)
     assert wrapped.tree.start == bare.tree.start + len("select[")
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(expr=bool_expr(3), table=tables(),
+       sections=st.lists(st.sampled_from(["rusage[mem=(100):duration=10]", "order[-ut]",
+                                          "span[hosts=1]", "same[model]", "cu[maxcus=2]",
+                                          "affinity[core(2,same=socket)*4]"]), max_size=3))
+def test_other_sections_do_not_change_the_selection(expr: str, table: HostTable,
+                                                    sections: list[str]) -> None:
+    """A whole requirement string selects what its select section alone selects."""
+    bare = compile_select(expr, CATALOG)
+    whole = compile_select(f"select [{expr}] {' '.join(sections)}", CATALOG)
+    assert [s.text for s in whole.ignored_sections] == sections
+    assert whole.select(table, NOW) == bare.select(table, NOW)

@@ -28,7 +28,7 @@ from ops.nats_auth import secure_demo_setup
 from ops.projector import Projector
 from ops.shutdown import stop_on_signals
 from ops.snapshot_reader import read_snapshot
-from ops.table import LEGEND, render_hosts
+from ops.table import legend, render_hosts
 from producers.agent import Agent
 from producers.external import CentralRunner, ExternalReporter
 from producers.simulator import publish_round, simulated_hosts
@@ -176,7 +176,8 @@ async def _show(nc: Client, catalog: Catalog, args: argparse.Namespace,
     host_res = sorted(n for n, r in catalog.resources.items() if r.scope == "host")
     while not stop.is_set():
         contents = await read_snapshot(nc)
-        table = render_hosts(list(contents.hosts.values()), contents.cluster, host_res)
+        table = render_hosts(list(contents.hosts.values()), contents.cluster, host_res,
+                             now=time.time())
         if sys.stdout.isatty():
             print("\x1b[2J\x1b[H", end="")
         status = contents.projector
@@ -184,7 +185,7 @@ async def _show(nc: Client, catalog: Catalog, args: argparse.Namespace,
               f"{status.last_seq if status else 0}, lag {status.lag if status else 0}"
               "  (Ctrl-C to stop)")
         print(table)
-        print(LEGEND + "\n", flush=True)
+        print(legend(status=True) + "\n", flush=True)
         wait = args.refresh
         if deadline is not None:
             wait = min(wait, deadline - time.monotonic())

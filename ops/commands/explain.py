@@ -16,7 +16,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add `crr explain`."""
     p = sub.add_parser("explain", parents=[common],
                        help="why a host matches a select[] expression or not")
-    p.add_argument("expr", metavar="EXPR", help="a select[] expression (bare or select[...])")
+    p.add_argument("expr", metavar="EXPR",
+                   help="a select[] expression (bare, select[...], or a whole LSF requirement "
+                        "string: only its select section is evaluated)")
     p.add_argument("--host", required=True, help="the host to explain")
     p.add_argument("--json", action="store_true",
                    help="the explanation as JSON (terms, values, freshness, verdict)")
@@ -29,6 +31,9 @@ async def run(args: argparse.Namespace) -> int:
                         name="crr-explain") as nc,
                 loaded_view(nc) as view):
         why = view.explain(args.expr, args.host)
+        note = view.compile(args.expr).note
+    if note:
+        print(f"crr explain: note: {note}", file=sys.stderr)
     if args.json:
         sys.stdout.buffer.write(msgspec.json.encode(why) + b"\n")
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from bus.connection import connect
@@ -13,9 +14,12 @@ from ops.view import loaded_view
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add `crr select`."""
     p = sub.add_parser("select", parents=[common],
-                       help="hosts matching a select[] expression (bare or select[...])")
+                       help="hosts matching a select[] expression (bare, select[...], or a "
+                            "whole LSF requirement string)")
     p.add_argument("expr", metavar="EXPR",
-                   help="e.g. 'scratch_free > 100 && datasets has \"c4\"'")
+                   help="e.g. 'scratch_free > 100 && datasets has \"c4\"', or what you give "
+                        "bsub -R: 'select[...] rusage[...] order[...]' (only the select "
+                        "section is evaluated; a note on stderr names the others)")
     p.add_argument("--json", action="store_true", help="a JSON array of host names, sorted")
     p.set_defaults(func=run)
 
@@ -25,7 +29,10 @@ async def run(args: argparse.Namespace) -> int:
     async with (connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
                         name="crr-select") as nc,
                 loaded_view(nc) as view):
-        hosts = view.select(args.expr)
+        compiled = view.compile(args.expr)
+        hosts = view.select(compiled)
+    if compiled.note:
+        print(f"crr select: note: {compiled.note}", file=sys.stderr)
     if args.json:
         print(json.dumps(hosts))
     elif hosts:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from projections.host_table import HostTable
 from projections.select import columnar, reference
 from projections.select.ast import Node, refs
-from projections.select.parser import parse
+from projections.select.parser import parse_requirement
+from projections.select.requirement import Section, note
 from projections.select.typecheck import check
 from schemas.catalog import Catalog, Kind
 
@@ -26,6 +27,16 @@ class CompiledSelect:
     catalog: Catalog
     kinds: dict[str, Kind]
     """Each resource the expression names, with its kind when compiled."""
+    ignored_sections: tuple[Section, ...] = ()
+    """The sections of a whole requirement string other than select (`rusage[...]`,
+    `order[...]`, …): the scheduler's, not evaluated by crr."""
+    has_select: bool = True
+    """False for a requirement string without a select section (every host matches)."""
+
+    @property
+    def note(self) -> str | None:
+        """What to tell the operator about `ignored_sections` (None: nothing ignored)."""
+        return note(self.ignored_sections, self.has_select)
 
     @property
     def resources(self) -> frozenset[str]:
@@ -42,13 +53,16 @@ class CompiledSelect:
 
 
 def compile_select(expr: str, catalog: Catalog) -> CompiledSelect:
-    """Compile `expr` (bare or `select[...]`) against `catalog`.
+    """Compile `expr` (bare, `select[...]`, or a whole LSF requirement string) against `catalog`.
 
     Raises `schemas.errors.ExpressionError` with the column of the offending token.
     """
-    tree = check(parse(expr), expr, catalog)
+    strings = frozenset(n for n, spec in catalog.resources.items() if spec.kind == "string")
+    parsed, req = parse_requirement(expr, strings)
+    tree = check(parsed, expr, catalog)
     kinds: dict[str, Kind] = {}
     for ref in refs(tree):
         assert ref.ty is not None
         kinds[ref.name] = ref.ty
-    return CompiledSelect(expression=expr, tree=tree, catalog=catalog, kinds=kinds)
+    return CompiledSelect(expression=expr, tree=tree, catalog=catalog, kinds=kinds,
+                          ignored_sections=req.ignored, has_select=req.select is not None)

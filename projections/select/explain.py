@@ -169,7 +169,7 @@ def _term(node: Node, expression: str, trace: dict[int, Any],
         if not isinstance(c, Num | Str | Bool) and not (isinstance(node, Call) and
                                                            isinstance(c, Ref))
     ]
-    text = expression[node.start:node.end]
+    text = expression[node.start:node.end] or "(no select section: every host)"
     kind = node.ty or "unknown"
     if node.ty == "boolean":
         return TermReport(text=text, column=node.start, kind=kind, truth=_truth(value),

@@ -60,39 +60,42 @@ def _is_digit(ch: str) -> bool:
     return "0" <= ch <= "9"
 
 
-def tokenize(expression: str, start: int = 0, end: int | None = None) -> list[Token]:
-    """Tokens of `expression[start:end]`, ending with an `eof` token at `end`."""
-    stop = len(expression) if end is None else end
-    out: list[Token] = []
-    i = start
+def next_token(expression: str, i: int, stop: int) -> Token:
+    """The token at or after offset `i` (whitespace skipped); `eof` at `stop`."""
     text = expression
-    while i < stop:
-        ch = text[i]
-        if ch.isspace():
-            i += 1
-        elif ch in "'\"":
-            out.append(_string(text, i, stop))
-            i = out[-1].end
-        elif _is_digit(ch) or (ch == "." and i + 1 < stop and _is_digit(text[i + 1])):
-            out.append(_number(text, i, stop))
-            i = out[-1].end
-        elif _is_ident_start(ch):
-            j = i + 1
-            while j < stop and _is_ident(text[j]):
-                j += 1
-            out.append(Token("ident", text[i:j], i, j))
-            i = j
-        else:
-            for op in OPERATORS:
-                if text.startswith(op, i) and i + len(op) <= stop:
-                    out.append(Token("op", op, i, i + len(op)))
-                    i += len(op)
-                    break
-            else:
-                hint = f"; did you mean '{_HINTS[ch]}'?" if ch in _HINTS else ""
-                fail(f"unexpected character '{ch}'{hint}", text, i)
-    out.append(Token("eof", "", stop, stop))
-    return out
+    while i < stop and text[i].isspace():
+        i += 1
+    if i >= stop:
+        return Token("eof", "", stop, stop)
+    ch = text[i]
+    if ch in "'\"":
+        return _string(text, i, stop)
+    if _is_digit(ch) or (ch == "." and i + 1 < stop and _is_digit(text[i + 1])):
+        return _number(text, i, stop)
+    if _is_ident_start(ch):
+        j = i + 1
+        while j < stop and _is_ident(text[j]):
+            j += 1
+        return Token("ident", text[i:j], i, j)
+    for op in OPERATORS:
+        if text.startswith(op, i) and i + len(op) <= stop:
+            return Token("op", op, i, i + len(op))
+    hint = f"; did you mean '{_HINTS[ch]}'?" if ch in _HINTS else ""
+    fail(f"unexpected character '{ch}'{hint}", text, i)
+
+
+def bare_word_end(expression: str, i: int, stop: int) -> int:
+    """End of the LSF bare word (letters, digits, `_`, `.`, `-`) at `i`; `i` if none starts there.
+
+    A bare word starts with a letter, digit or `_` (`RHEL4.6`, `1.3.29`,
+    `XeonE5-2650`); the parser takes one only where a string is expected.
+    """
+    if i >= stop or not _is_ident(expression[i]):
+        return i
+    j = i + 1
+    while j < stop and (_is_ident(expression[j]) or expression[j] in ".-"):
+        j += 1
+    return j
 
 
 def _string(text: str, start: int, stop: int) -> Token:
@@ -132,7 +135,8 @@ def _number(text: str, start: int, stop: int) -> Token:
         j = i
         while j < stop and (_is_ident(text[j]) or text[j] == "."):
             j += 1
-        fail(f"invalid number '{text[start:j]}'", text, start)
+        fail(f"invalid number '{text[start:j]}' (quote it if it is a string: "
+             f"'{text[start:j]}')", text, start)
     value = float(text[start:i])
     if not math.isfinite(value):
         fail(f"number out of range: {text[start:i]}", text, start)

@@ -1,13 +1,20 @@
 """A small hand-written Pratt parser for `select[]` (DESIGN §6).
 
-Precedence, loosest first (LSF's order): `or ||` < `and &&` < `not !` <
-comparisons and `has`/`has_any`/`has_all` (not chainable) < `+ -` < `* /` <
-unary `-`.  `!` binds like `not`, so `!a == b` is `!(a == b)`.
+Precedence, loosest first: `or ||` < `and &&` < `not !` < comparisons and
+`has`/`has_any`/`has_all` (not chainable) < `+ -` < `* /` < unary `-`.
+`!` binds like `not`, so `!a == b` parses as `!(a == b)` — but LSF (like C)
+binds `!` tightest, reading `(!a) == b`; the typechecker rejects that
+ambiguous form unless both readings agree (see `typecheck`).
+
+The input may be a whole LSF requirement string: `requirement.split` finds
+its select section and the parser reads only that span (offsets stay those
+of the whole string, so carets point into what the operator wrote).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Final, NoReturn
 
 from projections.select.ast import (
@@ -28,7 +35,8 @@ from projections.select.ast import (
     Num,
     Str,
 )
-from projections.select.lexer import Token, fail, tokenize
+from projections.select.lexer import Token, bare_word_end, fail, next_token
+from projections.select.requirement import Requirement, split
 from schemas.errors import ExpressionError
 
 _OR: Final = 10
@@ -45,6 +53,7 @@ _COMPARE: Final[dict[str, CompareOp]] = {
 _ARITH: Final[dict[str, ArithOp]] = {"+": "+", "-": "-", "*": "*", "/": "/"}
 _HAS: Final[dict[str, HasOp]] = {"has": "has", "has_any": "has_any", "has_all": "has_all"}
 _FUNCS: Final[dict[str, FuncName]] = {"defined": "defined", "count": "count"}
+_PLAIN_NAME: Final = re.compile(r"[A-Za-z0-9_]+")
 KEYWORDS: Final = frozenset({"and", "or", "not", "has", "has_any", "has_all", "true", "false"})
 
 
@@ -67,31 +76,23 @@ def _infix_power(tok: Token) -> int:
     return 0
 
 
-def strip_wrapper(expression: str) -> tuple[int, int]:
-    """The span of the expression proper: inside `select[...]` if it is wrapped."""
-    start = len(expression) - len(expression.lstrip())
-    end = max(start, len(expression.rstrip()))
-    if expression.startswith("select[", start):
-        inner = start + len("select[")
-        close = expression.rfind("]", inner, end)
-        if close != end - 1:
-            if close < 0:
-                fail("'select[' is not closed by ']'", expression, start + len("select"))
-            rest = expression[close + 1:]
-            fail("unexpected text after 'select[...]'", expression,
-                 close + 1 + len(rest) - len(rest.lstrip()))
-        return inner, close
-    return start, end
-
-
 class Parser:
-    """Parses one expression; use `parse`."""
+    """Parses the select expression of one requirement string; use `parse`.
 
-    def __init__(self, expression: str) -> None:
+    Tokens are read on demand (one token of look-ahead), so that where a
+    string is expected — on the right of a comparison whose left is a
+    string resource named in `strings` — the parser can take an LSF bare
+    word (`RHEL4.6`, `1.3.29`, `XeonE5-2650`) as one string literal
+    instead of tokens (`XeonE5 - 2650` would be arithmetic elsewhere).
+    """
+
+    def __init__(self, expression: str, strings: frozenset[str] = frozenset(),
+                 span: tuple[int, int] | None = None) -> None:
         self.expression = expression
-        start, end = strip_wrapper(expression)
-        self.tokens = tokenize(expression, start, end)
-        self.i = 0
+        self.strings = strings
+        self.start, self.stop = (0, len(expression)) if span is None else span
+        self.pos = self.start
+        self._next: Token | None = None
 
     def fail(self, message: str, column: int) -> NoReturn:
         """Raise an ExpressionError at `column`."""
@@ -99,14 +100,32 @@ class Parser:
 
     def peek(self) -> Token:
         """The next token, not consumed."""
-        return self.tokens[self.i]
+        if self._next is None:
+            self._next = next_token(self.expression, self.pos, self.stop)
+        return self._next
 
     def advance(self) -> Token:
         """Consume and return the next token."""
-        tok = self.tokens[self.i]
-        if tok.kind != "eof":
-            self.i += 1
+        tok = self.peek()
+        self.pos = tok.end
+        self._next = None
         return tok
+
+    def bare_word(self) -> Str | None:
+        """An LSF bare word that is not a plain name, as a string literal (None: not one).
+
+        Plain names stay names (the typechecker makes a non-resource one a
+        string); keywords, quotes, operators and parentheses are not words.
+        """
+        i = self.pos
+        while i < self.stop and self.expression[i].isspace():
+            i += 1
+        end = bare_word_end(self.expression, i, self.stop)
+        word = self.expression[i:end]
+        if not word or (_PLAIN_NAME.fullmatch(word) and not word[0].isdigit()):
+            return None
+        self.pos, self._next = end, None
+        return Str(value=word, start=i, end=end, pos=i)
 
     def parse(self) -> Node:
         """The whole expression; trailing tokens are an error."""
@@ -118,8 +137,22 @@ class Parser:
         if tok.kind != "eof":
             if tok.text == ")":
                 self.fail("unmatched ')'", tok.start)
-            self.fail(f"unexpected {tok.describe()} after a complete expression", tok.start)
+            self.fail(f"unexpected {tok.describe()} after a complete expression"
+                      f"{self.glued_hint(tok)}", tok.start)
         return node
+
+    def glued_hint(self, tok: Token) -> str:
+        """For `RHEL4.6 == os`: a hint that a bare word with dots is a string only on the right."""
+        text = self.expression
+        if tok.start == 0 or not tok.text.startswith(".") or not _PLAIN_NAME.fullmatch(
+                text[tok.start - 1]):
+            return ""
+        start = tok.start
+        while start > self.start and _PLAIN_NAME.fullmatch(text[start - 1]):
+            start -= 1
+        word = text[start:bare_word_end(text, start, self.stop)]
+        return (f"; a bare word like {word} is a string only on the right of a comparison "
+                f"with a string resource: quote it ('{word}')")
 
     def expr(self, rbp: int) -> Node:
         """Pratt loop: an operand, then infix operators that bind tighter than `rbp`."""
@@ -218,7 +251,9 @@ class Parser:
         if text in _HAS:
             node: Node = self.has(tok, left)
         elif text in _COMPARE:
-            right = self.operand(lbp, tok)
+            word = (self.bare_word() if isinstance(left, Name) and left.name in self.strings
+                    else None)
+            right = word or self.operand(lbp, tok)
             node = Compare(op=_COMPARE[text], left=left, right=right, start=left.start,
                            end=right.end, pos=tok.start)
         else:
@@ -279,6 +314,23 @@ class Parser:
                    end=item.end, pos=tok.start)
 
 
-def parse(expression: str) -> Node:
-    """The untyped syntax tree of `expression` (bare or `select[...]`-wrapped)."""
-    return Parser(expression).parse()
+def parse_requirement(expression: str, strings: frozenset[str] = frozenset(),
+                      ) -> tuple[Node, Requirement]:
+    """The untyped tree of a requirement string's select section, and the split string.
+
+    `expression` is bare (`scratch_free > 100`), wrapped (`select[...]`) or a
+    whole LSF requirement string (see `requirement`).  A string with other
+    sections but no select section is `true` (every host), as in LSF.
+    `strings` names the string resources (bare words on their right are
+    string literals).
+    """
+    req = split(expression)
+    if req.select is None:
+        at = req.ignored[0].column
+        return Bool(value=True, start=at, end=at, pos=at), req
+    return Parser(expression, strings, req.select).parse(), req
+
+
+def parse(expression: str, strings: frozenset[str] = frozenset()) -> Node:
+    """The untyped syntax tree of `expression` (see `parse_requirement`)."""
+    return parse_requirement(expression, strings)[0]

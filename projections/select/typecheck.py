@@ -111,6 +111,8 @@ class Checker:
                 return dataclasses.replace(node, left=ta, right=tb, ty="boolean")
             case Not(operand=x):
                 tx = self.check(x)
+                if isinstance(tx, Compare):
+                    self.ambiguous_not(node, tx)
                 if tx.ty != "boolean":
                     self.fail(f"'!'/'not' needs a condition, but {self.text(tx)} is "
                               f"{tx.ty}{self.hint(tx)}", tx.start)
@@ -132,6 +134,29 @@ class Checker:
                 return dataclasses.replace(node, arg=ref, ty="boolean")
             case _:
                 raise AssertionError(f"unexpected node {node!r}")
+
+    def ambiguous_not(self, node: Not, operand: Compare) -> None:
+        """Reject `!a == b` (an unparenthesised comparison right after `!`/`not`).
+
+        crr reads it `!(a == b)`; LSF, like C, binds `!` tightest: `(!a) == b`.
+        The two agree only for `==`/`!=` with a boolean on the left (negating
+        one side of a boolean equality negates the equality, Kleene too), so
+        that form (`!r == s`) is accepted; every other one is an error showing
+        both parenthesisations, with the caret on the `!`.
+        """
+        if operand.end != operand.right.end:
+            return  # `!(a == b)`: the parentheses belong to the operand's span
+        if operand.op in ("==", "!=") and operand.left.ty == "boolean":
+            return
+        word = "not " if self.expression.startswith("not", node.pos) else "!"
+        first: Node = operand
+        while isinstance(first, Compare | Arith):
+            first = first.left
+        ours = f"{word}({self.text(operand)})"
+        lsf = f"({word}{self.text(first)}){self.expression[first.end:operand.end]}"
+        self.fail(f"ambiguous '{word.strip()}' before a comparison: write {ours} to negate "
+                  f"the comparison, or {lsf} for LSF's reading ('{word.strip()}' binds "
+                  "tightest)", node.pos)
 
     def compare(self, node: Compare) -> Node:
         """A comparison: same kinds on both sides; ordering only on numbers and strings."""

@@ -1,0 +1,40 @@
+"""The STATUS of a host in listings (`crr hosts`), derived from its snapshot record at `now`.
+
+One small place on purpose: the state of a value at `now` (`value_state_at`)
+is the freshness rule every surface should share; switch it to the shared
+freshness function when there is one.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from ops.reporter_health import FAILING_STATES
+from projections.host_table import expires_seconds
+from schemas.snapshot import HostSnapshot, ValueEntry, ValueState
+
+HostStatus = Literal["ok", "failing", "stale", "unknown", "empty"]
+
+STATUS_HELP: Final = (
+    "STATUS: ok (every value fresh, every reporter ok) · failing (a reporter is failing) · "
+    "stale (a value expired) · unknown (a reporter said null) · empty (no values yet)"
+)
+
+
+def value_state_at(entry: ValueEntry, now: float) -> ValueState:
+    """A value's state at `now`: a fresh value past its `expires_at` is stale (projector or not)."""
+    if entry.state == "fresh" and expires_seconds(entry.expires_at) <= now:
+        return "stale"
+    return entry.state
+
+
+def host_status(snap: HostSnapshot, now: float) -> HostStatus:
+    """The worst of: a failing reporter, a stale value, an unknown value; else ok (or empty)."""
+    if any(st.state in FAILING_STATES for st in snap.reporters.values()):
+        return "failing"
+    states = {value_state_at(e, now) for e in snap.values.values()}
+    if "stale" in states:
+        return "stale"
+    if "unknown" in states:
+        return "unknown"
+    return "ok" if states or snap.inventory else "empty"
