@@ -30,6 +30,7 @@ from tests.agent_support import (
     write_script,
     zombie_children,
 )
+from tests.fault_support import eventually
 
 
 async def _good_on_time(rig: AgentRig, more: int = 4) -> None:
@@ -165,7 +166,13 @@ async def test_child_holding_stdout_does_not_hang_the_agent(
         # Each run ends ~exit_grace after the exit, far below the 5 s timeout.
         assert rig.recorder.max_gap("bad") < 2.0
         await _good_on_time(rig)
-        assert zombie_children() == []
+        # A leader is kept unreaped (WNOWAIT) from its exit until its run is closed, so
+        # its process-group id cannot be reused while the group is signalled: with a run
+        # every 0.3 s a zombie may exist for a moment (this assertion once caught one).
+        # What must not happen is a zombie that stays: each one seen is reaped.
+        seen = set(zombie_children())
+        await eventually(lambda: not seen & set(zombie_children()), 5.0,
+                         f"the zombie children {sorted(seen)} reaped")
 
 
 async def test_slow_start_within_timeout_is_ok(nats_url: str, tmp_path: Path) -> None:
