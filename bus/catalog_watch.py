@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -10,6 +11,7 @@ import nats.errors
 import tenacity
 from nats.aio.client import Client
 
+from bus.connection import describe
 from bus.ordered import OrderedReader, StoredMessage
 from bus.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM
 from schemas.catalog import Catalog
@@ -17,6 +19,9 @@ from schemas.codec import decode
 from schemas.errors import PayloadError
 
 log = logging.getLogger("crr.bus.catalog")
+
+_FIRST_LOAD = 5.0
+"""How long the initial read may take before "waiting for the catalog" is logged anyway."""
 
 
 async def watch_catalog(nc: Client) -> AsyncIterator[Catalog]:
@@ -36,6 +41,11 @@ async def watch_catalog(nc: Client) -> AsyncIterator[Catalog]:
     reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_CATALOG, handler=on_msg)
     await reader.start()
     try:
+        with contextlib.suppress(TimeoutError):
+            await reader.wait_ready(_FIRST_LOAD)
+        if queue.empty():
+            log.info("waiting for the active catalog on %s (apply one with `crr catalog "
+                     "apply FILE`; a running projector makes it active)", SNAPSHOT_CATALOG)
         while True:
             yield await queue.get()
     finally:
@@ -56,7 +66,7 @@ async def follow_catalog(nc: Client, apply: Callable[[Catalog], Awaitable[None]]
         retry=tenacity.retry_if_exception_type((nats.errors.Error, TimeoutError)),
         before_sleep=lambda rs: log.warning(
             "cannot follow the catalog (%s); retrying",
-            rs.outcome.exception() if rs.outcome else "?"),
+            describe(rs.outcome.exception() or TimeoutError()) if rs.outcome else "?"),
     )
     async for attempt in retrying:
         with attempt:

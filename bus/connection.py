@@ -17,6 +17,7 @@ and handed to the listeners registered with `add_error_listener`.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 import random
@@ -27,6 +28,7 @@ from typing import Any
 
 import nats
 import nats.errors
+import nats.js.errors
 import tenacity
 from nats.aio.client import Client
 
@@ -107,6 +109,7 @@ def _is_auth_error(exc: BaseException) -> bool:
 
 ErrorListener = Callable[[Exception], None]
 _LISTENERS = "crr_error_listeners"
+_SEEN = "crr_seen_errors"
 
 
 def _is_fatal(exc: BaseException) -> bool:
@@ -114,14 +117,65 @@ def _is_fatal(exc: BaseException) -> bool:
     return _is_auth_error(exc) or isinstance(exc, ssl.SSLCertVerificationError)
 
 
+NO_STREAMS = "no crr streams on this server: start `crr projector` (it creates them)"
+_STREAM_NOT_FOUND = 10059  # JetStream API err_code
+
+
+def describe(exc: BaseException) -> str:
+    """`exc` as one non-empty line (some nats-py and asyncio errors have no text).
+
+    A JetStream "stream not found" says what to do about it instead.
+    """
+    if is_stream_not_found(exc):
+        return NO_STREAMS
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def is_stream_not_found(exc: BaseException) -> bool:
+    """A JetStream "stream not found" (as opposed to a missing message)."""
+    return isinstance(exc, nats.js.errors.NotFoundError) and exc.err_code == _STREAM_NOT_FOUND
+
+
+def display_url(url: str | None) -> str:
+    """The server list `url` (default: `default_url()`) as messages show it: no passwords."""
+    return ",".join(_redact(s.strip()) for s in (url or default_url()).split(",") if s.strip())
+
+
+_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+def check_urls(url: str) -> list[str]:
+    """The comma-separated server list `url`, each checked for a scheme nats-py speaks.
+
+    `http://…` (a common slip: the monitoring port) would otherwise be tried
+    five times and fail with an unhelpful name-resolution error.
+    """
+    servers = [s.strip() for s in url.split(",") if s.strip()]
+    if not servers:
+        raise NotConnectedError(f"no NATS server URL given ({url!r})")
+    for s in servers:
+        scheme, sep, _ = s.partition("://")
+        if sep and scheme.lower() not in _SCHEMES:
+            raise NotConnectedError(
+                f"unsupported URL scheme {scheme!r} in {_redact(s)}: use nats://, tls://, "
+                "ws:// or wss:// (the NATS client port, usually 4222)")
+    return servers
+
+
 def _error_callback(
-    listeners: list[ErrorListener], seen: list[Exception], fatal: asyncio.Event
+    listeners: list[ErrorListener], seen: list[Exception], fatal: asyncio.Event,
+    connected: list[int],
 ) -> Callable[[Exception], Any]:
     async def on_error(exc: Exception) -> None:
         seen[:] = [exc]  # the last one: why a connect attempt failed
         if _is_fatal(exc):
             fatal.set()
-        log.warning("nats: %s", exc)
+        # While connecting, the failure reaches the caller as one error (or, for a
+        # service retrying forever, as one WARNING per attempt): no per-server noise.
+        # Once connected, a service logs what the server says at WARNING; a one-shot
+        # command at INFO, and `connect` names it in the command's one error line.
+        level = logging.DEBUG if not connected else connected[0]
+        log.log(level, "nats: %s", describe(exc))
         for listener in list(listeners):
             try:
                 listener(exc)
@@ -170,9 +224,11 @@ def credential_options(path: str) -> dict[str, Any]:
         raise AuthError(f"cannot read credentials file {path}: "
                         f"{getattr(exc, 'strerror', None) or type(exc).__name__}") from None
     if "BEGIN NATS USER JWT" in text:
+        _need_nkeys(path)
         return {"user_credentials": path}
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
     if len(lines) == 1 and lines[0].startswith("SU") and ":" not in lines[0]:
+        _need_nkeys(path)
         return {"nkeys_seed": path}
     fields = {}
     for ln in lines:
@@ -183,6 +239,15 @@ def credential_options(path: str) -> dict[str, Any]:
         return {"user": fields["user"], "password": fields["password"]}
     raise AuthError(f"credentials file {path}: not a NATS .creds file, an nkey seed file "
                     "or a user:/password: file")
+
+
+def _need_nkeys(path: str) -> None:
+    """nats-py signs with the `nkeys` package (the `auth` extra); say so before connecting."""
+    try:
+        importlib.import_module("nkeys")
+    except ImportError:
+        raise AuthError(f"credentials file {path} holds an nkey: nkeys is not installed "
+                        "(the auth extra): pip install 'crr[auth]'") from None
 
 
 async def _on_disconnect() -> None:
@@ -230,7 +295,7 @@ async def open_connection(
     Raises `AuthError` at once for refused credentials (retrying cannot help)
     and `NotConnectedError` with the URL when no server answered.
     """
-    servers = [s.strip() for s in (url or default_url()).split(",") if s.strip()]
+    servers = check_urls(url or default_url())
     if creds is not None and not os.path.isfile(creds):  # noqa: ASYNC240 - one stat, at startup
         raise AuthError(f"credentials file not found: {creds}")
     listeners: list[ErrorListener] = []
@@ -238,6 +303,7 @@ async def open_connection(
     seen: list[Exception] = []
     fatal = asyncio.Event()
     current: list[str] = []
+    connected: list[int] = []  # once connected: the level error_cb logs at
     shown = ",".join(_redact(s) for s in servers)  # for messages: no user:password@
     tls: ssl.SSLContext | None = None
     if tls_ca is not None or any(s.startswith("tls://") for s in servers):
@@ -255,7 +321,7 @@ async def open_connection(
         "reconnect_to_server_handler": _server_picker(current),
         "ping_interval": PING_INTERVAL,
         "max_outstanding_pings": MAX_OUTSTANDING_PINGS,
-        "error_cb": _error_callback(listeners, seen, fatal),
+        "error_cb": _error_callback(listeners, seen, fatal, connected),
         "disconnected_cb": _on_disconnect,
         "reconnected_cb": _reconnect_callback(reconnect_listeners),
         "pending_size": 64 * 1024 * 1024,
@@ -270,9 +336,12 @@ async def open_connection(
         wait=tenacity.wait_exponential(multiplier=0.2, max=5.0) + tenacity.wait_random(0, 0.5),
         retry=tenacity.retry_if_exception(lambda e: not isinstance(e, AuthError)),
         reraise=True,
-        before_sleep=lambda rs: log.warning(
-            "cannot reach NATS at %s (%s); retrying", shown,
-            rs.outcome.exception() if rs.outcome else "?",
+        # A service (attempts=None) says so at WARNING each time; a one-shot command
+        # fails with one line at the end, so its retries are INFO.
+        before_sleep=lambda rs: log.log(
+            logging.WARNING if attempts is None else logging.INFO, "%s; retrying",
+            describe(rs.outcome.exception() or NotConnectedError(shown)) if rs.outcome
+            else f"cannot reach NATS at {shown}",
         ),
     )
     try:
@@ -286,24 +355,38 @@ async def open_connection(
                     cause = exc if _is_auth_error(exc) or not seen else seen[0]
                     if _is_auth_error(cause):
                         raise AuthError(f"NATS at {shown} refused the credentials: "
-                                        f"{cause}") from None
+                                        f"{describe(cause)}") from None
                     if isinstance(cause, ssl.SSLCertVerificationError):
                         raise NotConnectedError(
                             f"NATS at {shown}: the server's TLS certificate is not trusted "
                             f"({cause.verify_message}); pass its CA with --tls-ca") from None
-                    last = f" (last error: {cause})" if cause is not exc else ""
                     raise NotConnectedError(
-                        f"cannot reach NATS at {shown}: {exc or type(exc).__name__}{last}"
-                    ) from None
+                        f"cannot reach NATS at {shown}: {_why(exc, cause)}") from None
                 nc.options["max_reconnect_attempts"] = -1
                 if nc.connected_url is not None:
                     current[:] = [nc.connected_url.netloc]
+                connected.append(logging.WARNING if attempts is None else logging.INFO)
+                seen.clear()  # from now on: what the server said after connecting
+                nc.options[_SEEN] = seen
                 nc.options[_LISTENERS] = listeners
                 nc.options[_RECONNECT_LISTENERS] = reconnect_listeners
                 return nc
     except tenacity.RetryError as exc:  # pragma: no cover - reraise=True makes this unreachable
         raise NotConnectedError(f"cannot reach NATS at {shown}") from exc
     raise NotConnectedError(f"cannot reach NATS at {shown}")  # pragma: no cover
+
+
+def _why(exc: BaseException, cause: BaseException) -> str:
+    """What made a connect attempt fail, said once: the underlying error when there is one.
+
+    nats-py ends a failed attempt with "no servers available for connection";
+    the reason (refused, unknown host, timeout) is what `error_cb` saw.
+    """
+    if cause is exc:
+        return describe(exc)
+    if isinstance(exc, nats.errors.NoServersError):
+        return describe(cause)
+    return f"{describe(exc)} (last error: {describe(cause)})"
 
 
 async def _connect_once(
@@ -346,6 +429,14 @@ async def connect(
     nc = await open_connection(url, creds=creds, name=name, tls_ca=tls_ca, attempts=attempts)
     try:
         yield nc
+    except (TimeoutError, nats.errors.Error) as exc:
+        # A request the server's authorization refused ends in a bare timeout; the
+        # reason came separately, to error_cb.  A one-shot command says it.
+        said: list[Exception] = nc.options.get(_SEEN) or []
+        if attempts is not None and said and "permissions violation" in str(said[0]).lower():
+            raise AuthError(f"{describe(exc)}: the server refused it ({describe(said[0])})"
+                            ) from exc
+        raise
     finally:
         if nc.is_connected:
             try:

@@ -22,6 +22,7 @@ from schemas.errors import CrrError, CrrTimeoutError
 
 _LISTEN = re.compile(r"Listening for client connections on (\S+):(\d+)")
 _READY = "Server is ready"
+_FATAL = re.compile(r"\[(?:FTL|ERR)\] (.*)")
 
 
 def find_nats_server() -> str:
@@ -66,6 +67,7 @@ class NatsServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_tail: deque[str] = deque(maxlen=200)
         self._ready = threading.Event()
+        self._saw_ready = False
         self._reader: threading.Thread | None = None
 
     @property
@@ -82,17 +84,33 @@ class NatsServer:
         args += ["-js", "-sd", str(self.store_dir), "-a", self.host,
                  "-p", str(self.port if self.port else -1), *self.extra_args]
         self._ready.clear()
+        self._saw_ready = False
         self.proc = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             start_new_session=True,
         )
         self._reader = threading.Thread(target=self._read_log, name="nats-server-log", daemon=True)
         self._reader.start()
-        if not self._ready.wait(self.ready_timeout) or self.proc.poll() is not None:
-            tail = "\n".join(list(self.log_tail)[-15:])
-            self.stop()
-            raise CrrTimeoutError(f"nats-server did not become ready; its log ends:\n{tail}")
-        return self
+        became_ready = self._ready.wait(self.ready_timeout) and self._saw_ready
+        if became_ready and self.proc.poll() is None:
+            return self
+        # The log ended (or never said "ready"): the server exited or hangs.  EOF on
+        # its log can come before it is reaped, so the log decides, not poll().
+        self.stop()
+        code = self.proc.returncode
+        fatal = self._fatal_line()
+        if fatal is not None:
+            raise CrrError(f"nats-server exited{f' ({code})' if code else ''}: {fatal}")
+        tail = "\n".join(list(self.log_tail)[-15:])
+        raise CrrTimeoutError(f"nats-server did not become ready; its log ends:\n{tail}")
+
+    def _fatal_line(self) -> str | None:
+        """The last fatal or error line of the log, without its pid/time prefix."""
+        for line in reversed(self.log_tail):
+            m = _FATAL.search(line)
+            if m:
+                return m.group(1).strip()
+        return None
 
     def _read_log(self) -> None:
         assert self.proc is not None
@@ -104,6 +122,7 @@ class NatsServer:
             if m:
                 self.port = int(m.group(2))
             if _READY in line:
+                self._saw_ready = True
                 self._ready.set()
         self._ready.set()  # exited: unblock start(), which then sees poll() != None
 

@@ -11,22 +11,36 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import logging
 import os
 import pkgutil
+import re
+import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import nats.errors
 import nats.js.errors
 
 import ops.commands
+from bus.connection import NO_STREAMS, describe
 from ops.telemetry import configure_telemetry
 from schemas.errors import CatalogError, CrrError, ExpressionError
 
+# A relative time (`-15m`, `-1h30m`, `-250ms`) or a negative number is a value, not an
+# option: `--since -15m` works as the README writes it.  argparse decides this with
+# its negative-number pattern, per parser; every crr parser uses this one.
+RELATIVE_OR_NEGATIVE = re.compile(r"^-(\d+(\.\d+)?(ms|s|m|h|d)?)+$|^-\.\d+$")
+
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = RELATIVE_OR_NEGATIVE
+
     def error(self, message: str) -> None:  # type: ignore[override]
         """Usage errors: one line, exit 2 (argparse's convention)."""
         self.exit(2, f"crr: error: {message} (see `{self.prog} --help`)\n")
@@ -48,6 +62,52 @@ def common_options() -> argparse.ArgumentParser:
     return p
 
 
+# `--help` examples per command (shown under "examples:"); tests/test_doc_examples.py parses
+# every one with this parser and runs the one-shot ones against a real server.
+HELP_EXAMPLES: dict[str, list[str]] = {
+    "hosts": ["crr hosts", "crr hosts demo-node --json"],
+    "select": ["crr select 'select[datasets has \"imagenet\" && scratch_free > 50]' --json",
+               "crr select 'scratch_free > 1'"],
+    "explain": ["crr explain 'scratch_free > 1' --host demo-node"],
+    "health": ["crr health", "crr health --json --reporter scratch",
+               "crr health --deadletters-since 15m"],
+    "latency": ["crr latency --since -15m", "crr latency --since 15m --json"],
+    "events export": ["crr events export --since -15m --host demo-node"],
+    "replay": ["crr replay --at now --host demo-node", "crr replay --diff -15m now"],
+    "catalog apply": ["crr catalog apply ops/examples/resources.yaml"],
+    "catalog show": ["crr catalog show | head"],
+    "report": ["crr report --reporter flexlm matlab_free=12",
+               "crr report --reporter site_health --host node1 site_ok=true site_state=ok",
+               "crr report --reporter flexlm --no-wait matlab_free=12"],
+    "demo": ["crr demo --duration 30", "crr demo --secure --tls"],
+    "server": ["crr server --port 4222 --store /var/lib/crr/nats"],
+    "agent": ["crr agent --host node1 --reporters-dir /etc/crr"],
+    "projector": ["crr projector", "crr projector --ha --partitions 2 --partition 0 --update"],
+    "api": ["crr api --listen 127.0.0.1:8080"],
+}
+
+
+def _subparsers(parser: argparse.ArgumentParser, path: str = "") -> dict[str, Any]:
+    """Every sub-command parser by its path (`catalog show`)."""
+    out: dict[str, Any] = {}
+    for action in parser._actions:  # argparse keeps sub-parsers only here
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sp in action.choices.items():
+                full = f"{path} {name}".strip()
+                out[full] = sp
+                out.update(_subparsers(sp, full))
+    return out
+
+
+def _add_examples(parser: argparse.ArgumentParser) -> None:
+    for path, sp in _subparsers(parser).items():
+        examples = HELP_EXAMPLES.get(path)
+        if examples:
+            sp.formatter_class = argparse.RawDescriptionHelpFormatter
+            sp.epilog = "\n".join(["examples:", *(f"  {e}" for e in examples),
+                                    *([sp.epilog] if sp.epilog else [])])
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full `crr` parser, with every sub-command discovered in `ops.commands`."""
     parser = _Parser(prog="crr", description="crr — custom resource reporting for "
@@ -60,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         register = getattr(module, "register", None)
         if register is not None:
             register(sub, common)
+    _add_examples(parser)
     return parser
 
 
@@ -68,11 +129,35 @@ def _one_line(exc: BaseException) -> str:
         return str(exc)  # a catalog error lists every problem, one per line
     if isinstance(exc, ExpressionError):
         return exc.pretty()
-    return " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, nats.js.errors.NoStreamResponseError | nats.errors.NoRespondersError):
+        return NO_STREAMS  # a JetStream publish that no stream captured
+    if isinstance(exc, nats.errors.MaxPayloadError):
+        return ("message larger than the server's max_payload (1 MiB by default): "
+                + describe(exc))
+    return describe(exc)
+
+
+def _quiet_broken_pipe() -> int:
+    """`crr … | head`: the reader went away.  Exit like a process killed by SIGPIPE, quietly.
+
+    stdout is pointed at /dev/null so the interpreter's final flush does not
+    complain a second time.
+    """
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `crr` console script."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # also while printing --help or a usage error
+        return _quiet_broken_pipe()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level),
@@ -88,15 +173,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutdown_telemetry()
     except KeyboardInterrupt:
         return 130
-    except CrrError as exc:
+    except BrokenPipeError:
+        raise
+    except (CrrError, OSError, nats.errors.Error, nats.js.errors.Error) as exc:
         print(f"crr {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 1
-    except (OSError, nats.errors.Error, nats.js.errors.Error) as exc:
-        what = _one_line(exc)
-        if isinstance(exc, nats.errors.MaxPayloadError):
-            what = "message larger than the server's max_payload (1 MiB by default): " + what
-        print(f"crr {args.command}: error: {what}", file=sys.stderr)
-        return 1
+    sys.stdout.flush()
     return code
 
 

@@ -40,6 +40,7 @@ are kept (re-running with more hosts does not invalidate deployed keys).
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import secrets
@@ -184,6 +185,19 @@ def _write_secret(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def require_auth_extra(mode: AuthMode = "nkey") -> None:
+    """CrrError with the install hint unless the `auth` extra's module for `mode` imports.
+
+    Checked before anything is written, so a missing package leaves no half-made files.
+    """
+    name = "nkeys" if mode == "nkey" else "bcrypt"
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        raise CrrError(f"{name} is not installed ({'nkey' if mode == 'nkey' else 'password'} "
+                       "credentials need the auth extra): pip install 'crr[auth]'") from None
+
+
 def _nkey_user(path: Path) -> str:
     """The public key of the user seed in `path`, creating the seed file if missing."""
     # Optional dependency (`nats-config` only); the package ships no type hints.
@@ -258,6 +272,7 @@ def generate(
     Include the block from the server configuration (`include "auth.conf"`).
     Existing credentials files are reused, so keys already deployed stay valid.
     """
+    require_auth_extra(mode)
     out = Path(out_dir)
     creds_dir = out / "creds"
     creds_dir.mkdir(parents=True, exist_ok=True)
@@ -373,6 +388,7 @@ async def secure_demo_setup(
     throw-away CA and serves `tls://` (clients pass `tls_ca`).  The caller
     stops the server (`demo.stop()`).
     """
+    require_auth_extra(mode)
     store = Path(store_dir)
     if catalog is None:
         catalog = await asyncio.to_thread(load_catalog, EXAMPLE_CATALOG)

@@ -11,15 +11,21 @@ says).  Failing rows sort first.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Iterable, Mapping
+from typing import Final, Literal
 
 import msgspec
 
+from ops.deadletters import DeadLetterCount
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ReporterState, ReporterStatus
+
+HealthRowState = ReporterState | Literal["deadlettered"]
+"""A row's state: the snapshot's, or `deadlettered` for a reporter known only from
+dead letters (every event it sent recently was refused, so it has no status)."""
 
 FAILING_STATES: Final = frozenset({
     "failed", "timeout", "bad_output", "crashed", "quarantined", "silent", "rejecting",
+    "deadlettered",
 })
 
 
@@ -29,7 +35,7 @@ class ReporterHealth(msgspec.Struct, frozen=True, kw_only=True):
     reporter: str
     host: str | None
     """Null for a cluster-scope reporter."""
-    state: ReporterState
+    state: HealthRowState
     failing: bool
     since: str | None = None
     detail: str | None = None
@@ -45,6 +51,10 @@ class ReporterHealth(msgspec.Struct, frozen=True, kw_only=True):
     """Values rejected since its first event on that host (survives projector restarts)."""
     missing: list[str] = msgspec.field(default_factory=list)
     """Declared resources it has not reported within their interval + grace."""
+    deadletters: int = 0
+    """Its events dead-lettered recently (`crr health --deadletters-since`, default 1h)."""
+    last_deadletter: str | None = None
+    """Why the newest of those was dead-lettered."""
 
 
 def _row(reporter: str, host: str | None, st: ReporterStatus) -> ReporterHealth:
@@ -65,3 +75,22 @@ def reporter_rows(
         rows.extend(_row(name, None, st) for name, st in cluster.reporters.items())
     rows.sort(key=lambda r: (not r.failing, r.reporter, r.host is not None, r.host or ""))
     return rows
+
+
+def with_deadletters(
+    rows: list[ReporterHealth], letters: Mapping[tuple[str, str | None], DeadLetterCount],
+) -> list[ReporterHealth]:
+    """`rows` with each (reporter, host)'s recent dead letters; a pair known only from
+    dead letters becomes a `deadlettered` (failing) row.  Same order as `reporter_rows`."""
+    out = []
+    for r in rows:
+        c = letters.get((r.reporter, r.host))
+        out.append(r if c is None else msgspec.structs.replace(
+            r, deadletters=c.count, last_deadletter=c.last_reason))
+    known = {(r.reporter, r.host) for r in rows}
+    out.extend(ReporterHealth(reporter=rep, host=host, state="deadlettered", failing=True,
+                              since=c.first_at, detail=c.last_reason, deadletters=c.count,
+                              last_deadletter=c.last_reason)
+               for (rep, host), c in letters.items() if (rep, host) not in known)
+    out.sort(key=lambda r: (not r.failing, r.reporter, r.host is not None, r.host or ""))
+    return out

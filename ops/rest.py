@@ -47,6 +47,7 @@ import uvicorn
 from litestar import Litestar, MediaType, Request, Response, get
 from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 from litestar.openapi import OpenAPIConfig, ResponseSpec
+from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Tag
 from litestar.params import PathParameter, QueryParameter
 from litestar.response import File, ServerSentEvent
@@ -61,6 +62,7 @@ from bus.subjects import (
     is_projector_status,
     untoken,
 )
+from ops import api_docs
 from ops.liveness import silent_after as configured_silent_after
 from ops.metrics import ViewMetrics
 from ops.reporter_health import ReporterHealth, reporter_rows
@@ -76,6 +78,7 @@ from projections.select import Explanation, Section
 from schemas.catalog import ResourceSpec
 from schemas.errors import CrrError, ExpressionError, NotReadyError, SubjectError
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus, ValueState
+from schemas.timestamps import format_time
 
 log = logging.getLogger("crr.api")
 
@@ -106,8 +109,10 @@ class SelectResult(msgspec.Struct, frozen=True, kw_only=True):
 
     expression: str
     hosts: list[str]
-    at: float
-    """The `now` (epoch seconds) the expression was evaluated at."""
+    at: str
+    """The `now` the expression was evaluated at (RFC 3339, like every other time)."""
+    at_ts: float
+    """The same instant in epoch seconds (the numeric twin)."""
     explanation: Explanation | None = None
     ignored_sections: list[Section] = msgspec.field(default_factory=list)
     """For a whole LSF requirement string: its sections other than select (`rusage[...]`,
@@ -359,8 +364,8 @@ class Api:
                 if host is None:
                     raise ValidationException("explain=true needs host=<name>")
                 explanation = view.explain(expr, host, now)
-            return SelectResult(expression=expr, hosts=view.select(compiled, now), at=now,
-                                explanation=explanation,
+            return SelectResult(expression=expr, hosts=view.select(compiled, now),
+                                at=format_time(now), at_ts=now, explanation=explanation,
                                 ignored_sections=list(compiled.ignored_sections),
                                 note=compiled.note)
 
@@ -475,10 +480,11 @@ def create_app(view: SchedulerView, *, debug: bool = False, silent_after: float 
     (default: `CRR_PROJECTOR_SILENT_AFTER`, else 15)."""
     api = Api(view, silent_after=silent_after, liveness_interval=liveness_interval)
     app = Litestar(
-        route_handlers=[*api.handlers(),
+        route_handlers=[*api.handlers(), *api_docs.HANDLERS,
                         create_static_files_router(path="/static", directories=[STATIC_DIR])],
         openapi_config=OpenAPIConfig(
-            title="crr", version="1",
+            # JSON only (/schema/openapi.json): Litestar's UIs load from a CDN; /docs does not.
+            title="crr", version="1", render_plugins=[JsonRenderPlugin()],
             description="Read-only REST API of crr (custom resource reporting): the scheduler "
                         "view's copy of CRR_SNAPSHOT.  Errors are RFC 9457 problem details.",
             tags=[Tag(name="hosts"), Tag(name="select"), Tag(name="catalog"),

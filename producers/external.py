@@ -54,7 +54,7 @@ from producers.publisher import ReporterPublisher
 from producers.runner import ReporterRunner, RunnerConfig
 from schemas.catalog import Catalog
 from schemas.errors import CrrError
-from schemas.events import Device, Health, HealthState, Inventory, Pool, Report
+from schemas.events import Device, Health, HealthState, Inventory, Pool, Report, check_finite
 
 log = logging.getLogger("crr.external")
 
@@ -151,7 +151,12 @@ class ExternalReporter:
         self, values: Mapping[str, Any], *, host: str | None = None,
         observed_at: float | None = None,
     ) -> Report:
-        """Publish `values` (resource name → value; None means "cannot tell")."""
+        """Publish `values` (resource name → value; None means "cannot tell").
+
+        Raises `PayloadError` (a ValueError) for NaN or ±infinity, before anything
+        is published: JSON cannot carry them and `null` would mean "cannot tell".
+        """
+        check_finite(values)
         return self.publisher(host).report(
             values, time.time() if observed_at is None else observed_at)
 

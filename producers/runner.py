@@ -231,7 +231,7 @@ class ReporterRunner:
         self._last_health = key
         self.publisher.health(state, detail, exit_code)
         self.observer.health(self.name, state)
-        if state in ("ok", "stopped", "restarting"):
+        if state in ("ok", "stopped", "restarting", "not_applicable"):  # not_applicable: by design
             log.info("reporter %s: %s%s", self.name, state, f" ({detail})" if detail else "")
         else:
             log.warning("reporter %s: %s%s", self.name, state, f" ({detail})" if detail else "")
@@ -409,10 +409,21 @@ class ReporterRunner:
                 await _first(out.finished, within=self.exit_grace)
             if out.overflow:
                 return too_much()
+        await self._drain(err)
         failure = self._judge_exit(proc.exited.result(), err)
         if failure is not None:
             return failure
         return self._use_output(bytes(out.buffer), err)
+
+    async def _drain(self, err: TailCapture) -> None:
+        """Let the exited script's last stderr bytes arrive before they are quoted.
+
+        The exit status and the pipe's data are separate events of the loop: the
+        exit can be seen first, with the stderr tail (the Health detail) still in
+        flight.  EOF on stderr ends the wait; a child left holding stderr only
+        delays it by `exit_grace`.
+        """
+        await _first(err.finished, within=self.exit_grace)
 
     def _use_output(self, data: bytes, err: TailCapture) -> Outcome:
         try:
@@ -511,6 +522,7 @@ class ReporterRunner:
             proc.signal_group(signal.SIGKILL)  # a child left holding stdout
         flush()  # lines read while waiting for the exit
         status = proc.exited.result() if proc.exited.done() else ExitStatus(None, None)
+        await self._drain(err)
         failure = self._judge_exit(status, err)
         if failure is not None and failure.state == "not_applicable":
             return failure

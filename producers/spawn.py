@@ -101,7 +101,9 @@ def resolve_command(command: Sequence[str] | None, base_dir: Path, path: str) ->
     Absolute paths are used as they are; a path with a `/` is relative to
     `base_dir` (the agent's `--reporters-dir`); a bare name is taken from
     `base_dir` when such a file exists there, else looked up on `path`.
-    Raises `CommandError` with a message an operator can act on.
+    A script without the execute bit runs through the interpreter its `#!`
+    line names (`shebang`).  Raises `CommandError` with a message an operator
+    can act on.
     """
     if not command:
         raise CommandError("reporter has no command")
@@ -120,8 +122,37 @@ def resolve_command(command: Sequence[str] | None, base_dir: Path, path: str) ->
     if not exe.is_file():
         raise CommandError(f"command is not a file: {exe}")
     if not os.access(exe, os.X_OK):
-        raise CommandError(f"command is not executable: {exe} (chmod +x?)")
+        interpreter = shebang(exe)
+        if interpreter is None:
+            raise CommandError(f"command is not executable: {exe} (chmod +x?)")
+        return [*interpreter, str(exe), *command[1:]]
     return [str(exe), *command[1:]]
+
+
+_SHEBANG_MAX = 256
+
+
+def shebang(script: Path) -> list[str] | None:
+    """The interpreter argv a `#!` first line names (as the kernel reads it), or None.
+
+    Lets a script run without its executable bit, which packaging does not
+    keep (a wheel installed by pip drops it from `.py` package data, so the
+    shipped example reporters would otherwise fail on a non-editable install).
+    None when the file has no `#!` line or names an interpreter that is
+    missing or not executable.
+    """
+    try:
+        with script.open("rb") as f:
+            head = f.read(_SHEBANG_MAX)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    line = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").strip()
+    interp, _, arg = line.partition(" ")  # Linux: the interpreter and at most one argument
+    if not os.path.isabs(interp) or not os.access(interp, os.X_OK):
+        return None
+    return [interp, arg.strip()] if arg.strip() else [interp]
 
 
 @dataclass(frozen=True, slots=True)

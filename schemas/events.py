@@ -9,9 +9,13 @@ name is never reused (tests/golden holds encoded samples of every type).
 from __future__ import annotations
 
 import builtins
+import math
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import msgspec
+
+from schemas.errors import PayloadError
 
 HealthState = Literal[
     "ok", "failed", "timeout", "bad_output", "crashed", "restarting", "quarantined",
@@ -36,6 +40,19 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     observed_at: str
     values: dict[str, Value]
     host: str | None = None
+
+
+def check_finite(values: Mapping[str, Any]) -> None:
+    """Refuse NaN and ±infinity before they are published (PayloadError naming each).
+
+    JSON has no such numbers: msgspec would encode them as `null`, which the
+    projector stores as "the reporter cannot tell" — not what the caller meant.
+    """
+    bad = [f"{name}={v!r}" for name, v in values.items()
+           if isinstance(v, float) and not math.isfinite(v)]
+    if bad:
+        raise PayloadError(f"not a finite number: {', '.join(bad)} (numeric values must be "
+                           "finite; report None/null for 'cannot tell')")
 
 
 class Attribute(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

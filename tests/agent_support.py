@@ -180,6 +180,7 @@ async def running_agent(
     reporters_dir: Path,
     *,
     environ: Mapping[str, str] | None = None,
+    exit_grace: float = 0.2,
 ) -> AsyncIterator[AgentRig]:
     """An agent on `url` running `catalog`, stopped (and checked clean) on exit."""
     nc = await nats.connect(url)
@@ -188,7 +189,7 @@ async def running_agent(
         recorder = Recorder()
         await nc.subscribe("crr.v1.>", cb=recorder.on_msg)
         agent = Agent(nc, HOST, reporters_dir, environ=dict(environ or SAFE_ENV),
-                      kill_grace=0.3, exit_grace=0.2)
+                      kill_grace=0.3, exit_grace=exit_grace)
         rig = AgentRig(nc, agent, recorder)
         await agent.start()
         try:

@@ -35,10 +35,10 @@ async def nc(nats_url: str) -> AsyncIterator[Client]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`slow` and `docker` tests run only when selected (`pytest -m slow`, `pytest -m docker`);
-    the default run stays fast."""
+    """`slow`, `docker` and `packaging` tests run only when selected (`pytest -m slow`,
+    `-m docker`, `-m packaging`); the default run stays fast."""
     selected = config.getoption("markexpr", "") or ""
-    for marker in ("slow", "docker"):
+    for marker in ("slow", "docker", "packaging"):
         if marker in selected:
             continue
         skip = pytest.mark.skip(reason=f"{marker}: run with `pytest -m {marker}`")

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from producers.publisher import ReporterPublisher
 from producers.runner import ReporterRunner, RunnerConfig
+from producers.spawn import CommandError, resolve_command
 from schemas.catalog import ReporterSpec
 from tests.agent_support import (
     GOOD_MAX_GAP,
@@ -27,6 +30,7 @@ from tests.agent_support import (
     write_script,
     zombie_children,
 )
+from tests.fault_support import eventually
 
 
 async def _good_on_time(rig: AgentRig, more: int = 4) -> None:
@@ -162,7 +166,13 @@ async def test_child_holding_stdout_does_not_hang_the_agent(
         # Each run ends ~exit_grace after the exit, far below the 5 s timeout.
         assert rig.recorder.max_gap("bad") < 2.0
         await _good_on_time(rig)
-        assert zombie_children() == []
+        # A leader is kept unreaped (WNOWAIT) from its exit until its run is closed, so
+        # its process-group id cannot be reused while the group is signalled: with a run
+        # every 0.3 s a zombie may exist for a moment (this assertion once caught one).
+        # What must not happen is a zombie that stays: each one seen is reaped.
+        seen = set(zombie_children())
+        await eventually(lambda: not seen & set(zombie_children()), 5.0,
+                         f"the zombie children {sorted(seen)} reaped")
 
 
 async def test_slow_start_within_timeout_is_ok(nats_url: str, tmp_path: Path) -> None:
@@ -200,6 +210,26 @@ while :; do echo '{"values": {"bad_v": 4}}'; sleep 0.1; done
             delay = float(h.detail.split("restart in ")[1].split("s")[0])
             assert 0.1 <= delay <= min(1.0, 0.1 * 2 ** (i - 1))
         await _good_on_time(rig)
+
+
+@pytest.mark.parametrize("mode", ["stream", "periodic"])
+async def test_stderr_written_as_the_script_exits_is_in_the_detail(
+        nats_url: str, tmp_path: Path, mode: str) -> None:
+    """The cause of a once-flaky detail (`stream ended (exit 2)` without its stderr): the
+    exit is seen before the last stderr bytes arrive.  Here they come 50 ms after the exit
+    (a child still holds stderr); the detail quotes them all the same.  The agent's
+    exit_grace is generous here so a loaded machine cannot make the child miss it: the
+    wait ends at stderr's EOF, long before."""
+    body = "#!/bin/sh\n(sleep 0.05; echo 'late reason' >&2) >/dev/null &\nexit 2\n"
+    _, spec = _catalog(tmp_path, "late.sh", body, mode=mode, backoff_floor=5.0,
+                       backoff_cap=5.0)
+    async with running_agent(nats_url, good_catalog(tmp_path, late=spec), tmp_path,
+                             exit_grace=10.0) as rig:
+        health = await rig.recorder.wait_state("late", "crashed" if mode == "stream"
+                                               else "failed")
+        assert health.detail is not None
+        assert health.detail.endswith("exit 2: late reason" if mode == "periodic"
+                                      else "(exit 2): late reason"), health.detail
 
 
 async def test_stream_restart_after_success_resets_backoff(nats_url: str, tmp_path: Path) -> None:
@@ -252,14 +282,29 @@ async def test_missing_command_is_failed(nats_url: str, tmp_path: Path) -> None:
 
 
 async def test_non_executable_command_is_failed(nats_url: str, tmp_path: Path) -> None:
-    """A script without the execute bit is `failed` ("not executable"), with a hint."""
-    write_script(tmp_path, "noexec.sh", "#!/bin/sh\necho '{}'\n", executable=False)
+    """A file without the execute bit and without a `#!` line is `failed` ("not
+    executable"), with a hint."""
+    write_script(tmp_path, "noexec.sh", "echo '{}'\n", executable=False)
     spec = fast(["noexec.sh"])
     async with running_agent(nats_url, good_catalog(tmp_path, bad=spec), tmp_path) as rig:
         health = await rig.recorder.wait_state("bad", "failed")
         assert health.detail is not None
         assert f"command is not executable: {tmp_path / 'noexec.sh'}" in health.detail
         await _good_on_time(rig)
+
+
+def test_script_without_execute_bit_runs_through_its_shebang(tmp_path: Path) -> None:
+    """pip drops the execute bit of packaged scripts: a `#!` line is enough to run one,
+    through the interpreter it names (with its one argument), as the kernel would."""
+    write_script(tmp_path, "a.py", "#!/usr/bin/env python3\nprint('{}')\n", executable=False)
+    write_script(tmp_path, "b.sh", "#!/bin/sh\necho '{}'\n", executable=False)
+    write_script(tmp_path, "c.sh", "#!/no/such/shell\necho '{}'\n", executable=False)
+    assert resolve_command(["a.py", "-x"], tmp_path, "/usr/bin:/bin") == [
+        "/usr/bin/env", "python3", str(tmp_path / "a.py"), "-x"]
+    assert resolve_command(["b.sh"], tmp_path, "/usr/bin:/bin") == ["/bin/sh",
+                                                                     str(tmp_path / "b.sh")]
+    with pytest.raises(CommandError, match="not executable"):
+        resolve_command(["c.sh"], tmp_path, "/usr/bin:/bin")
 
 
 def test_backoff_delays_stay_within_floor_and_cap() -> None:

@@ -62,7 +62,7 @@ def test_catalog_apply_report_hosts(
             await p.wait_until(seq)
 
     assert main(["report", "--reporter", "scratch", "--host", "n1", "scratch_free=812.5",
-                 "--server", url]) == 0
+                 "--no-wait", "--server", url]) == 0
     out = capsys.readouterr().out
     seq = int(out.rsplit("seq ", 1)[1].rstrip(")\n"))
     asyncio.run(project_until(seq))

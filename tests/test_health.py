@@ -63,7 +63,7 @@ async def test_health_exit_codes(nc: Client, nats_url: str,
 def test_failing_states_are_the_documented_ones() -> None:
     """The states that make `crr health` exit 1 are exactly the issue's list."""
     assert {"failed", "timeout", "bad_output", "crashed", "quarantined", "silent",
-            "rejecting"} == FAILING_STATES
+            "rejecting", "deadlettered"} == FAILING_STATES
 
 
 async def test_latency_from_the_streams(nc: Client, nats_url: str,
@@ -123,3 +123,22 @@ async def test_health_shows_missing_resources_and_total_rejections(
         table = capsys.readouterr().out
         assert "missing scratch_temp" in table
         assert table.splitlines()[1].split()[5] == "0/1"
+
+
+async def test_latency_says_why_a_reporter_has_no_snapshot_sample(
+        nc: Client, nats_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A reporter whose host record was last written for another reporter's report has no
+    history sample: n=0 comes with the reason, in JSON and under the table."""
+    async with running_projector(nc) as projector:
+        await publish_catalog(nc)
+        await publish_report(nc, "scratch", "n1", {"scratch_free": 1.0})
+        seq = await publish_report(nc, "datasets", "n1", {"datasets": ["c4"]})
+        await projector.wait_until(seq)
+        assert await latency.run(_args(nats_url, json=True, since="-5m", watch=0.0)) == 0
+        rows = {r["reporter"]: r for r in json.loads(capsys.readouterr().out)}
+        assert rows["datasets"]["stored_to_snapshot"]["n"] == 1
+        assert rows["datasets"]["note"] is None
+        assert rows["scratch"]["stored_to_snapshot"]["n"] == 0
+        assert rows["scratch"]["note"] == latency.NO_SNAPSHOT_SAMPLE
+        assert await latency.run(_args(nats_url, json=False, since="5m", watch=0.0)) == 0
+        assert f"scratch: {latency.NO_SNAPSHOT_SAMPLE}" in capsys.readouterr().out

@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from bus.connection import connect
+from bus.connection import connect, display_url
 from ops.shutdown import stop_on_signals
 from producers.agent import Agent
 
@@ -36,5 +36,7 @@ async def run(args: argparse.Namespace) -> int:
     async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
                        name=f"crr-agent-{host}", attempts=None) as nc:
         agent = Agent(nc, host, args.reporters_dir)
+        print(f"crr agent: host {host} on {display_url(args.server)} (reporters dir "
+              f"{args.reporters_dir.resolve()}); following the active catalog", flush=True)
         await agent.run(stop)
     return 0

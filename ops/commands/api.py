@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bus.connection import connect
+from bus.connection import connect, display_url
 from ops.shutdown import stop_on_signals
 from schemas.errors import CrrError
 
@@ -13,7 +13,8 @@ from schemas.errors import CrrError
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add `crr api`."""
     p = sub.add_parser("api", parents=[common],
-                       help="the REST API (OpenAPI at /schema/openapi.json) and status page (/)",
+                       help="the REST API (OpenAPI at /openapi.json, docs at /docs) and "
+                            "status page (/)",
                        epilog="/healthz is 503 (its JSON says why) when NATS is unreachable or "
                               "the projector has written no status for "
                               "$CRR_PROJECTOR_SILENT_AFTER seconds (default 15).")
@@ -40,8 +41,9 @@ async def run(args: argparse.Namespace) -> int:
         await view.start()
         app, api = create_app(view)
         host, port = sock.getsockname()[:2]
-        print(f"crr api: serving on http://{host}:{port}/ (OpenAPI: /schema/openapi.json)",
-              flush=True)
+        print(f"crr api: serving on http://{host}:{port}/ from {display_url(args.server)} "
+              "(OpenAPI: /openapi.json, docs: /docs); /healthz is 503 until the snapshot "
+              "is loaded", flush=True)
         try:
             await serve(app, api, sock, stop)
         finally:

@@ -78,6 +78,8 @@ class ReporterLatency(msgspec.Struct, frozen=True, kw_only=True):
     observed_to_stored: Percentiles
     stored_to_snapshot: Percentiles
     observed_to_snapshot: Percentiles
+    note: str | None = None
+    """Why a leg has no samples although there are reports (n=0 is never unexplained)."""
 
 
 @dataclass
@@ -148,8 +150,16 @@ def _percentiles(samples: list[float]) -> Percentiles:
                        p99=round(float(p99), 6))
 
 
-def summarize(events: list[_Event]) -> list[ReporterLatency]:
-    """Per reporter, sorted by name."""
+NO_SNAPSHOT_SAMPLE = (
+    "no snapshot sample: CRR_SNAPSHOT keeps one record per host, covering only the newest "
+    "event of that host (here another reporter's or a later one); `--watch S` times new "
+    "reports live")
+NO_LIVE_SAMPLE = ("no snapshot sample: no snapshot record covered its reports while watching "
+                  "(is the projector running?)")
+
+
+def summarize(events: list[_Event], *, watched: bool = False) -> list[ReporterLatency]:
+    """Per reporter, sorted by name; `watched`: the streams were also followed live."""
     by: dict[str, list[_Event]] = {}
     for ev in events:
         by.setdefault(ev.reporter, []).append(ev)
@@ -164,6 +174,7 @@ def summarize(events: list[_Event]) -> list[ReporterLatency]:
                                              if e.snapshot is not None]),
             observed_to_snapshot=_percentiles([e.snapshot - e.observed for e in done
                                                if e.snapshot is not None]),
+            note=None if done else NO_LIVE_SAMPLE if watched else NO_SNAPSHOT_SAMPLE,
         ))
     return out
 
@@ -187,7 +198,8 @@ def render(rows: list[ReporterLatency]) -> str:
     lines = ["  ".join(v.rjust(w) if i else v.ljust(w)
                        for i, (v, w) in enumerate(zip(c, widths, strict=True))).rstrip()
              for c in cells]
-    return "\n".join(lines) + "\n(milliseconds)"
+    notes = [f"{r.reporter}: {r.note}" for r in rows if r.note]
+    return "\n".join([*lines, "(milliseconds)", *notes])
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -231,12 +243,12 @@ async def measure(nc: Any, *, since: float, watch: float = 0.0,
         await events.stop()
         if snaps is not None:
             await snaps.stop()
-    return summarize(col.events)
+    return summarize(col.events, watched=watch > 0)
 
 
 async def run(args: argparse.Namespace) -> int:
     """Print the table or JSON."""
-    since = parse_duration(args.since)
+    since = parse_duration(args.since.removeprefix("-"))  # `15m` and `-15m` both mean ago
     async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
                        name="crr-latency") as nc:
         rows = await measure(nc, since=since, watch=args.watch,

@@ -8,7 +8,7 @@ import os
 import secrets
 from typing import Any
 
-from bus.connection import connect
+from bus.connection import connect, display_url
 from bus.streams import StreamSettings, provision
 from ops.lease import DEFAULT_TTL, Lease, check_server_version
 from ops.projector import Projector
@@ -62,6 +62,11 @@ async def run(args: argparse.Namespace) -> int:
         if args.ha:
             check_server_version(nc)
             lease = Lease(nc, pid, ttl=parse_duration(args.lease_ttl), partition=args.partition)
+        part = ("" if args.partition is None
+                else f", partition {args.partition} of {args.partitions}")
+        ha = ", HA" if args.ha else ""
+        print(f"crr projector: {pid} on {display_url(args.server)}{part}{ha}; folding CRR_EVENTS "
+              "into CRR_SNAPSHOT (it creates both streams)", flush=True)
         projector = Projector(nc, settings=settings, projector_id=pid, partition=args.partition,
                               lease=lease, gc_freeze=True)
         await projector.run(stop)

@@ -1,29 +1,46 @@
-"""`crr report`: publish one report, as an external reporter or a cron job would."""
+"""`crr report`: publish one report, as an external reporter or a cron job would.
+
+By default it then waits (`--timeout`) for the projector to handle it and
+says what became of it — applied, rejected (why), dead-lettered (why) — with
+exit status 0 only when every value was applied (`ops.report_outcome`).
+`--no-wait` only publishes and waits for the stream's acknowledgement.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import secrets
+import sys
 import time
 from typing import Any
 
 from bus.connection import connect
 from bus.subjects import event_subject, msg_id
+from ops.report_outcome import outcome
 from schemas.codec import encode
+from schemas.duration import parse_duration
 from schemas.errors import PayloadError
-from schemas.events import Report
+from schemas.events import Report, check_finite
 from schemas.timestamps import format_time
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add `crr report`."""
-    p = sub.add_parser("report", parents=[common], help="publish one report (name=value …)")
+    p = sub.add_parser(
+        "report", parents=[common], help="publish one report (name=value …) and say what "
+        "became of it",
+        epilog="exit status: 0 when every value was applied; 1 when any was rejected, the "
+               "report\nwas dead-lettered, or no outcome came within --timeout")
     p.add_argument("--reporter", required=True, help="reporter name (owner of the resources)")
     p.add_argument("--host", default=None, help="host for host-scope values (omit for cluster)")
     p.add_argument("values", nargs="+", metavar="NAME=VALUE",
                    help="JSON values: 812.5, true, '\"rhel9\"', '[\"a\",\"b\"]', null; "
                         "anything that is not JSON is taken as a string")
+    p.add_argument("--no-wait", action="store_true",
+                   help="only publish (exit 0 once the stream has stored it)")
+    p.add_argument("--timeout", type=parse_duration, default=10.0, metavar="DURATION",
+                   help="how long to wait for the projector's verdict (default 10s)")
     p.set_defaults(func=run)
 
 
@@ -38,6 +55,7 @@ def parse_assignments(items: list[str]) -> dict[str, Any]:
             out[name] = json.loads(raw)
         except ValueError:
             out[name] = raw
+    check_finite(out)
     return out
 
 
@@ -46,13 +64,21 @@ async def run(args: argparse.Namespace) -> int:
     values = parse_assignments(args.values)
     boot = "cli-" + secrets.token_hex(4)
     seq = time.time_ns() // 1000
+    observed_at = format_time(time.time())
     report = Report(reporter=args.reporter, host=args.host, boot=boot, seq=seq,
-                    observed_at=format_time(time.time()), values=values)
+                    observed_at=observed_at, values=values)
     subject = event_subject("report", args.reporter, args.host)
     async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
                        name="crr-report") as nc:
         ack = await nc.jetstream().publish(
             subject, encode(report),
             headers={"Nats-Msg-Id": msg_id(args.reporter, args.host, boot, seq)})
-    print(f"published {len(values)} value(s) on {subject} (seq {ack.seq})")
-    return 0
+        print(f"published {len(values)} value(s) on {subject} (seq {ack.seq})", flush=True)
+        if args.no_wait:
+            return 0
+        verdict = await outcome(nc, seq=ack.seq, reporter=args.reporter, host=args.host,
+                                observed_at=observed_at, names=list(values),
+                                timeout=args.timeout)
+    for line in verdict.lines():  # what was applied on stdout, every problem on stderr
+        print(line, file=sys.stdout if line.startswith("applied:") else sys.stderr)
+    return 0 if verdict.ok else 1

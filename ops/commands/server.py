@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import tempfile
 from typing import Any
 
@@ -16,7 +17,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("server", parents=[common],
                        help="run an embedded nats-server with JetStream")
     p.add_argument("--store", metavar="DIR", default=None,
-                   help="JetStream store directory (default: a new temporary directory)")
+                   help="JetStream store directory (default: a temporary directory, removed "
+                        "on exit)")
     p.add_argument("--port", type=int, default=4222, help="client port (0 = any free port)")
     p.add_argument("--config", metavar="FILE", default=None, help="nats-server config file")
     p.set_defaults(func=run)
@@ -25,12 +27,17 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 async def run(args: argparse.Namespace) -> int:
     """Run until SIGINT/SIGTERM."""
     store = args.store or tempfile.mkdtemp(prefix="crr-nats-")
-    stop = stop_on_signals()
-    server = NatsServer(store, port=args.port, config_file=args.config)
-    await asyncio.to_thread(server.start)
-    print(f"nats-server ready at {server.url} (store {store}); Ctrl-C to stop", flush=True)
     try:
-        await stop.wait()
+        stop = stop_on_signals()
+        server = NatsServer(store, port=args.port, config_file=args.config)
+        await asyncio.to_thread(server.start)
+        where = store if args.store else f"{store}, removed on exit"
+        print(f"nats-server ready at {server.url} (store {where}); Ctrl-C to stop", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            await asyncio.to_thread(server.stop)
     finally:
-        await asyncio.to_thread(server.stop)
+        if args.store is None:
+            shutil.rmtree(store, ignore_errors=True)
     return 0

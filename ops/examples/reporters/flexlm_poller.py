@@ -64,7 +64,9 @@ def main() -> int:
               file=sys.stderr)
         return 2
     try:
-        run = subprocess.run([lmutil, "lmstat", "-a", "-c", args.server],
+        # A script that lost its executable bit (pip does not keep it) runs anyway.
+        argv = [lmutil] if os.access(lmutil, os.X_OK) else [sys.executable, lmutil]
+        run = subprocess.run([*argv, "lmstat", "-a", "-c", args.server],
                              capture_output=True, text=True, timeout=args.timeout, check=False)
     except subprocess.TimeoutExpired:
         print(f"lmstat -c {args.server} took more than {args.timeout:g}s", file=sys.stderr)
