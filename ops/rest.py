@@ -50,6 +50,7 @@ from bus.subjects import (
     is_projector_status,
     untoken,
 )
+from ops.page_api import PageApi
 from ops.reporter_health import ReporterHealth, reporter_rows
 from ops.view import SchedulerView
 from projections.host_table import expires_seconds
@@ -294,7 +295,8 @@ class Api:
             return File(STATIC_DIR / "index.html", content_disposition_type="inline",
                         media_type=MediaType.HTML)
 
-        return [hosts, host, cluster, resources, reporters, select, healthz, events, index]
+        return [hosts, host, cluster, resources, reporters, select, healthz, events, index,
+                *PageApi(view).handlers()]
 
     def _message(self, subject: str) -> ServerSentEventMessage | None:
         view = self.view

@@ -251,6 +251,11 @@ class SchedulerView:
         """
         return self._projector_position
 
+    @property
+    def nc(self) -> Client:
+        """The NATS connection the view reads through (history reads share it)."""
+        return self._nc
+
     async def wait_until(self, events_seq: int, timeout: float = 10.0) -> None:
         """Wait until the view reflects every event up to CRR_EVENTS sequence `events_seq`.
 
