@@ -11,6 +11,7 @@
   of a host over the window, replayed from CRR_EVENTS with `crr replay`'s
   fold (`ops/host_timeline.py`); a window beyond the stream's retention is
   a 400.
+- `GET /v1/explain?expr=…&host=…`: `crr explain`, as data and as its text.
 - `GET /v1/latency?since=15m`: `crr latency`'s figures per reporter and the
   slowest reports, with trace ids (and `trace_url`, from `CRR_TRACE_URL`)
   when tracing is on.
@@ -37,6 +38,7 @@ from ops.host_timeline import read_timeline, retention
 from ops.page_truth import liveness
 from ops.reporter_health import FAILING_STATES
 from ops.view import SchedulerView
+from projections.select import Explanation
 from projections.timeline import HostTimeline
 from schemas.duration import parse_duration
 from schemas.errors import CrrError, NotReadyError
@@ -59,6 +61,14 @@ class LatencyView(msgspec.Struct, frozen=True, kw_only=True):
     slowest: list[SlowReport]
     trace_url: str | None = None
     """A link template with `{trace_id}` (from `CRR_TRACE_URL`), for traced reports."""
+
+
+class ExplainView(msgspec.Struct, frozen=True, kw_only=True):
+    """`GET /v1/explain`: `crr explain EXPR --host H`, as data and as its text."""
+
+    explanation: Explanation
+    text: str
+    """What `crr explain` prints."""
 
 
 def _window(text: str, what: str) -> float:
@@ -194,4 +204,15 @@ class PageApi:
                                f"({keep:g} s: CRR_EVENTS retention, at most 24 h)")
             return await page.latency(seconds, top)
 
-        return [host_table, summary, timeline, latency]
+        @get("/v1/explain", tags=["select"],
+             summary="Why a host matches a select[] expression or not (crr explain)")
+        async def explain(
+            expr: Annotated[str, QueryParameter(
+                description="the expression, or a whole LSF requirement string")],
+            host: Annotated[str, QueryParameter(description="the host")],
+        ) -> ExplainView:
+            page._ready()
+            found = view.explain(expr, host, time.time())
+            return ExplainView(explanation=found, text=found.render())
+
+        return [host_table, summary, timeline, latency, explain]
