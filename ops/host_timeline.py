@@ -21,8 +21,7 @@ from bus.ordered import OrderedReader, StoredMessage
 from bus.subjects import CATALOG, EVENTS_STREAM, published_subject, token
 from ops.replay import stream_range
 from projections.envelope import Envelope
-from projections.history import Cut, Replay
-from projections.timeline import HostTimeline, host_timeline
+from projections.timeline import HostTimeline, replay_timeline
 from schemas.errors import CrrError
 from schemas.timestamps import format_time
 
@@ -63,22 +62,13 @@ async def read_timeline(nc: Client, host: str, since: float, until: float) -> Ho
         raise CrrError(f"window starts {format_time(since)}, before what {EVENTS_STREAM} "
                        f"keeps ({keep:g} s of history): choose a shorter window")
     rng = await stream_range(nc)
-    messages = await host_events(nc, host)
-    inside = [m for m in messages if since < m.time <= until
-              and m.subject != CATALOG]
-    if len(inside) > MAX_WINDOW_EVENTS:
-        raise CrrError(f"{len(inside)} events of {host!r} in the window (at most "
+    events = [Envelope(seq=m.seq, subject=published_subject(m.subject), received_at=m.time,
+                       data=m.data) for m in await host_events(nc, host)]
+    inside = sum(1 for e in events if since < e.received_at <= until and e.subject != CATALOG)
+    if inside > MAX_WINDOW_EVENTS:
+        raise CrrError(f"{inside} events of {host!r} in the window (at most "
                        f"{MAX_WINDOW_EVENTS}): choose a shorter window")
-    cuts = [Cut(time=since), *(Cut(seq=m.seq) for m in inside), Cut(time=until)]
-    replay = Replay(cuts, hosts=[host], log_window=True)
-    for m in messages:
-        if m.time > until:
-            break
-        replay.feed(Envelope(seq=m.seq, subject=published_subject(m.subject),
-                             received_at=m.time, data=m.data))
-    captures = replay.finish()
     history_from = None
     if rng.first_seq > 1 and rng.first_time is not None and rng.first_time > since:
         history_from = rng.first_time
-    return host_timeline(host, captures, since, until, events=len(inside),
-                         happenings=replay.happenings, history_from=history_from)
+    return replay_timeline(host, events, since, until, history_from=history_from)

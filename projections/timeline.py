@@ -1,8 +1,9 @@
 """A host's values and reporter states over a window, from replay captures (pure).
 
-The captures come from `projections.history.Replay` (the fold `crr replay`
-runs) with a cut at the window's start, after every event of the host in
-the window, and at its end.  Between two captures nothing but time passes,
+`replay_timeline` folds a host's stored events (and the catalog's) with
+`projections.history.Replay` (the fold `crr replay` runs), with a cut at
+the window's start, after every event of the host in the window, and at
+its end.  Between two captures nothing but time passes,
 so a value captured `fresh` (or `unknown`) stays so until its `expires_at`
 and is stale from then on: the same rule the projector's expiry applies.
 Adjacent spans with the same state and value are merged.
@@ -10,15 +11,15 @@ Adjacent spans with the same state and value are merged.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import math
+from typing import Any
 
 import msgspec
 
-from projections.history import Capture, Happening
+from projections.envelope import Envelope
+from projections.history import Capture, Cut, Happening, Replay
 from projections.host_table import expires_seconds
 from schemas.snapshot import ReporterStatus, ValueEntry
-
-SpanState = Literal["fresh", "stale", "unknown"]
 
 
 class Span(msgspec.Struct, frozen=True, kw_only=True):
@@ -87,8 +88,18 @@ def _value_spans(spans: list[Span], entry: ValueEntry, start: float, end: float)
         _append(spans, max(start, expires), end, "stale", value)
 
 
-def _reporter_value(st: ReporterStatus) -> Any:
-    return st.detail
+def _reporter_points(points: list[tuple[float, str, Any]], st: ReporterStatus, at: float,
+                     before: float) -> None:
+    """Record `st` seen at capture time `at` (previous capture at `before`): a new state
+    starts at its `since` when that lies in between (the projector stamps `silent` with the
+    reporter's deadline, as it stamps `stale`), else at `at`."""
+    if points and points[-1][1] == st.state and points[-1][2] == st.detail:
+        return
+    since = expires_seconds(st.since) if st.since else -math.inf
+    start = since if before < since <= at else at
+    if points:
+        start = max(start, points[-1][0])
+    points.append((start, st.state, st.detail))
 
 
 def host_timeline(host: str, captures: list[Capture], since: float, until: float, *,
@@ -99,7 +110,7 @@ def host_timeline(host: str, captures: list[Capture], since: float, until: float
     values: dict[str, list[Span]] = {}
     reports: dict[str, int] = {}
     received: dict[str, str] = {}
-    reporters: dict[str, list[Span]] = {}
+    points: dict[str, list[tuple[float, str, Any]]] = {}
     restarts: dict[str, int] = {}
     health: dict[str, str | None] = {}
     for i, cap in enumerate(captures):
@@ -114,11 +125,17 @@ def host_timeline(host: str, captures: list[Capture], since: float, until: float
                 received[name] = entry.received_at
                 if cap.now >= since and i > 0:
                     reports[name] = reports.get(name, 0) + 1
+        before = captures[i - 1].now if i > 0 else -math.inf
         for name, st in snap.reporters.items():
-            _append(reporters.setdefault(name, []), start, end, st.state, _reporter_value(st))
+            _reporter_points(points.setdefault(name, []), st, start, max(before, since))
             if st.health == "restarting" and health.get(name) != "restarting" and i > 0:
                 restarts[name] = restarts.get(name, 0) + 1
             health[name] = st.health
+    reporters: dict[str, list[Span]] = {}
+    for name, pts in points.items():
+        spans = reporters[name] = []
+        for k, (at, state, detail) in enumerate(pts):
+            _append(spans, at, pts[k + 1][0] if k + 1 < len(pts) else until, state, detail)
     return HostTimeline(
         host=host, since=since, until=until, events=events,
         values=[ValueTimeline(resource=n, spans=values[n], reports=reports.get(n, 0))
@@ -126,3 +143,20 @@ def host_timeline(host: str, captures: list[Capture], since: float, until: float
         reporters=[ReporterTimeline(reporter=n, spans=reporters[n],
                                     restarts=restarts.get(n, 0)) for n in sorted(reporters)],
         happenings=list(happenings or []), history_from=history_from)
+
+
+def replay_timeline(host: str, events: list[Envelope], since: float, until: float, *,
+                    history_from: float | None = None) -> HostTimeline:
+    """Fold `events` (the catalog's and `host`'s, in stream order) and take the timeline of
+    `host` over `[since, until]`: a cut at `since`, after each of its events inside the
+    window, and at `until`."""
+    inside = [e for e in events if since < e.received_at <= until
+              and ".host." in e.subject]
+    cuts = [Cut(time=since), *(Cut(seq=e.seq) for e in inside), Cut(time=until)]
+    replay = Replay(cuts, hosts=[host], log_window=True)
+    for env in events:
+        if env.received_at > until:
+            break
+        replay.feed(env)
+    return host_timeline(host, replay.finish(), since, until, events=len(inside),
+                         happenings=replay.happenings, history_from=history_from)

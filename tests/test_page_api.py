@@ -88,11 +88,11 @@ async def test_timeline_shows_a_stale_period_after_a_reporter_stops(nc: Client) 
         seq = await publish_report(nc, "blinker", "node1", {"blink": 3.0})
         await rig.settle(seq)
 
-        async def stale() -> bool:
+        async def is_stale() -> bool:
             body = (await http.get("/v1/hosts/node1")).json()
             return bool(body["values"]["blink"]["state"] == "stale")
 
-        await eventually(stale, 10, "blink stale")
+        await eventually(is_stale, 10, "blink stale")
         body = (await http.get("/v1/hosts/node1/timeline", params={"window": "5m"})).json()
         blink = next(v for v in body["values"] if v["resource"] == "blink")
         states = [s["state"] for s in blink["spans"]]
@@ -104,6 +104,9 @@ async def test_timeline_shows_a_stale_period_after_a_reporter_stops(nc: Client) 
         assert stale["end"] == body["until"]
         assert body["events"] == 1
         assert [r["reporter"] for r in body["reporters"]] == ["blinker"]
+        lanes = body["reporters"][0]["spans"]
+        assert [s["state"] for s in lanes] == ["ok", "silent"]
+        assert lanes[1]["start"] < body["until"]
 
 
 async def test_latency_reports_percentiles_and_slowest(nc: Client) -> None:

@@ -170,6 +170,15 @@ async def test_host_page_timeline_shows_a_stale_period(nc: Client, tmp_path: Pat
                                              "t.textContent).join('|')")
             assert "No such file" in failing
             assert "blinkersilent" in failing
+            # A shorter window (the test's history is seconds long) for the screenshot.
+            await until(cdp, page, """(() => { const s = document.querySelector('#window');
+                s.value = '1m'; s.dispatchEvent(new Event('change')); return true; })()""")
+            short = await until(cdp, page, "crrStatus.timeline && crrStatus.timeline.since && "
+                                           "crrStatus.timeline.until - crrStatus.timeline.since"
+                                           " < 61 && crrStatus.timeline")
+            assert [s["state"] for s in next(v for v in short["values"]
+                                             if v["resource"] == "blink")["spans"]] == [
+                "fresh", "stale"]
             await screenshot(cdp, page, "host-page")
             # Odd characters in the URL: a clear message, not a hung page.
             await until(cdp, page, "(() => { location.hash = '#/host/a.%2A%20%3E%E2%80%AE';"

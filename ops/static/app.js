@@ -169,8 +169,9 @@
       tr.append(td);
       return tr;
     };
-    const top = spacer(first), bottom = spacer(Math.max(0, total - first - rows.length));
-    tbody.replaceChildren(top, ...rows.map(renderRow), bottom);
+    const below = Math.max(0, total - first - rows.length);
+    tbody.replaceChildren(...(first ? [spacer(first)] : []), ...rows.map(renderRow),
+                          ...(below ? [spacer(below)] : []));
     $("#count").textContent = `${total} of ${status.hostsTotal ?? "?"} hosts`;
   }
   function logChanges(old, snap) {
@@ -198,6 +199,7 @@
                                                      limit: visible + 2 * OVERSCAN });
       status.selectError = null;
       $("#select-error").hidden = true;
+      $("#table-scroll").classList.remove("invalid");
       const note = $("#select-note");
       note.hidden = !page.note;
       note.textContent = page.note || "";
@@ -226,6 +228,7 @@
         const pre = $("#select-error");
         pre.hidden = false;
         pre.textContent = e.message;  // the message, the expression and a caret under the token
+        $("#table-scroll").classList.add("invalid");  // still the last valid expression's hosts
       } else {
         pageError(`host table: ${e.message}`);
       }

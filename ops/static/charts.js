@@ -115,7 +115,7 @@ window.crrCharts = (() => {
     let max = 0;
     for (const r of rows) for (const [k] of LEGS) max = Math.max(max, r[k].p99 || 0);
     max = max > 0 ? max * 1000 : 1;
-    const x = (ms) => LABEL + (ms / max) * (W - LABEL - 70);
+    const x = (ms) => LABEL + (Math.max(0, ms) / max) * (W - LABEL - 150);
     const height = HEAD + rows.length * (LEGS.length * ROW + 12) + 8;
     const root = svg("svg", { width: W, height, viewBox: `0 0 ${W} ${height}`,
                               class: "latency", role: "img", "aria-label": "reporter latency" });
