@@ -3,15 +3,25 @@
 `periodic`: the script runs every `interval` (fixed rate, missed slots are
 skipped); a run ends when its stdout is closed and the leader has exited.
 Non-zero exit, a signal or a timeout discards the output.  With
-`format: elim` every line of the run counts (later lines override earlier
-ones); an elim still running `exit_grace` after its first line is taken to
-be a classic looping LSF elim: the lines so far are the report and the elim
-is stopped (its exit status then means nothing), so an unchanged elim works
-as `mode: periodic` (one short run per interval).  It may also run as
-`mode: stream`, each of its lines then being a report.
+`format: elim` (a one-shot elim, `mode: periodic` said explicitly) every
+line of the run counts (later lines override earlier ones); an elim still
+running `exit_grace` after its first line is taken to be a looping LSF elim
+after all: the lines so far are the report and the elim is stopped (its
+exit status then means nothing).
 
 `stream`: the script runs for good; each line is a report.  When it ends,
-it is restarted after a backoff.
+it is restarted after a backoff.  This is how LSF runs an elim, and the
+default for `format: elim` (see `schemas.catalog_loader`): each complete
+line `N name value …` is one report (a value a later line does not repeat
+keeps its own expiry; a line `0` reports nothing and is fine).  An elim
+that exits 0 after reporting is restarted one interval after its start
+(LSF restarts an elim that exits) without a failure; any other end is one.
+A stream script that wrote nothing at all within `interval + timeout` gets
+Health `timeout` with a hint that its output is probably block-buffered
+(the script keeps running; its first line makes it `ok`).
+
+`tty: true` runs the script with stdout on a pseudo-terminal, so that
+stdio, perl and python line-buffer as on a terminal (see `spawn`).
 
 Containment: every script has its own process group.  A timeout sends
 SIGTERM to the group and SIGKILL after `kill_grace`; when the leader exits
@@ -24,7 +34,8 @@ Health (DESIGN §4), published when the state (or exit code) changes:
 - `ok`: a run (or stream line) produced a usable report;
 - `failed`: the command is missing, not executable or cannot start, or a
   periodic run exited non-zero;
-- `timeout`: a periodic run outlived `timeout` and was killed;
+- `timeout`: a periodic run outlived `timeout` and was killed, or a stream
+  script has written nothing at all yet (see above);
 - `bad_output`: empty, non-JSON, truncated, malformed or over-size output
   (partly usable output is reported, and the state says what was dropped);
 - `crashed`: a periodic run was killed by a signal, or a stream script
@@ -84,6 +95,11 @@ from schemas.events import Device, HealthState, Pool
 log = logging.getLogger("crr.agent.runner")
 
 _MAX_DETAIL = 1500
+BUFFERING_HINT = (
+    "its output is probably block-buffered (stdout is a pipe, not a terminal): flush after "
+    "each line — perl: `$| = 1;`, python: `python3 -u` or print(..., flush=True), C: "
+    "setvbuf/fflush, other programs: `stdbuf -oL COMMAND` — or set `tty: true` on the reporter")
+"""Why a long-running script may have written nothing, and the fixes (Health detail)."""
 
 
 @dataclass(frozen=True)
@@ -156,7 +172,9 @@ class ReporterRunner:
         self.kinds: dict[str, Kind] = dict(config.kinds)
         self.env = script_environment(
             host=host, reporter=config.name, interval=self.spec.interval,
-            resources=self.kinds, allow=self.spec.env, source=agent_env)
+            resources=self.kinds, allow=self.spec.env, source=agent_env,
+            not_applicable_exit=self.spec.not_applicable_exit,
+            elim=self.spec.format == "elim", central=self.spec.type == "external")
         self.state: HealthState | None = None
         self.failures = 0
         self.runs = 0
@@ -168,6 +186,7 @@ class ReporterRunner:
         self._task: asyncio.Task[None] | None = None
         self._inventory_devices: list[Device] | None = None
         self._inventory_generation = 0
+        self._said_looping = False
 
     @property
     def name(self) -> str:
@@ -284,11 +303,20 @@ class ReporterRunner:
                 next_at = max(started + self.spec.interval, now + self.backoff(self.failures))
 
     async def _stream_loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
+            started = loop.time()
             outcome = await self._guarded(self._run_stream_once)
             if outcome.state == "not_applicable":
                 self._set_health(outcome.state, outcome.detail, outcome.exit_code)
                 return
+            if outcome.success:
+                # An elim that ended cleanly after reporting: LSF restarts it, so
+                # do we, once per interval; its health stays what its lines made it.
+                self.failures = 0
+                log.info("reporter %s: %s", self.name, outcome.detail)
+                await asyncio.sleep(max(0.0, started + self.spec.interval - loop.time()))
+                continue
             self._set_health(outcome.state, outcome.detail, outcome.exit_code)
             if self._count_failure(outcome):
                 return
@@ -304,7 +332,7 @@ class ReporterRunner:
         argv = resolve_command(self.spec.command, self.reporters_dir,
                                self.env.get("PATH", DEFAULT_PATH))
         try:
-            return spawn(argv, self.env, self.spec.cwd)
+            return spawn(argv, self.env, self.spec.cwd, tty=bool(self.spec.tty))
         except OSError as exc:
             raise CommandError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
 
@@ -345,8 +373,12 @@ class ReporterRunner:
 
         async def timed_out() -> Outcome:
             await proc.terminate(self.kill_grace)
-            return Outcome("timeout", _detail(
-                f"no result within {timeout:g}s; process group killed", err.text()))
+            what = f"no result within {timeout:g}s; process group killed"
+            if elim and not out.buffer:
+                what += (" and no output at all: a looping elim wants `mode: stream` (the "
+                         "default for format: elim)" + ("" if self.spec.tty else
+                                                        "; " + BUFFERING_HINT))
+            return Outcome("timeout", _detail(what, err.text()))
 
         waits: list[asyncio.Future[Any]] = [out.finished, proc.exited]
         if elim:
@@ -359,6 +391,11 @@ class ReporterRunner:
                 and not await _first(proc.exited, within=min(self.exit_grace, remaining()))):
             # Still running after its line: a looping LSF elim.  Its complete
             # lines are this interval's report; stop it (its status means nothing).
+            if not self._said_looping:
+                self._said_looping = True
+                log.warning("reporter %s: elim still running after its first line, stopped "
+                            "each run; a looping elim wants `mode: stream` (the default "
+                            "for format: elim)", self.name)
             await proc.terminate(self.kill_grace)
             return self._use_output(out.complete_lines(), err)
         if proc.running:  # stdout closed; wait for the exit status
@@ -411,27 +448,58 @@ class ReporterRunner:
         except CommandError as exc:
             return Outcome("failed", exc.message)
         good = False
+        elim = self.spec.format == "elim"
+        # Elim lines that arrive together are merged into one report (later
+        # lines win, as LSF's MELIM merges): the outbox keeps only the newest
+        # pending report, so two lines naming different resources, published
+        # one by one, could lose the first.
+        pending: dict[str, Any] | None = None
+        problems: list[str] = []
 
-        def on_line(line: bytes) -> None:
+        def report(parsed: ParsedOutput) -> None:
             nonlocal good
-            try:
-                if self.spec.format == "elim":
-                    parsed = parse_elim_line(line.decode("utf-8", "replace"), self.kinds)
-                else:
-                    parsed = parse_json_report(line)
-            except BadOutput as exc:
-                self._set_health("bad_output", exc.message)
-                return
             outcome = self._publish(parsed)
             good = True
             self.failures = 0
             self._set_health(outcome.state, outcome.detail)
 
+        def flush() -> None:
+            nonlocal pending
+            if pending is not None:
+                parsed = ParsedOutput(values=pending, problems=list(problems))
+                pending = None
+                problems.clear()
+                report(parsed)
+
+        def on_line(line: bytes) -> None:
+            nonlocal pending
+            try:
+                if elim:
+                    parsed = parse_elim_line(line.decode("utf-8", "replace"), self.kinds)
+                else:
+                    parsed = parse_json_report(line)
+            except BadOutput as exc:
+                flush()  # the good lines before it first: health follows the line order
+                self._set_health("bad_output", exc.message)
+                return
+            if not elim:
+                report(parsed)
+                return
+            if pending is None:
+                pending = {}
+                asyncio.get_running_loop().call_soon(flush)
+            pending.update(parsed.values or {})
+            problems.extend(parsed.problems)
+
         limit = self.spec.max_output_bytes
         out, err = await proc.read_pipes(lambda: LineReader(limit, on_line), TailCapture)
         assert isinstance(out, LineReader)
         assert isinstance(err, TailCapture)
+        quiet = self.spec.interval + self.spec.effective_timeout()
+        if not await _first(out.first_data, out.finished, proc.exited, within=quiet):
+            self._set_health("timeout", _detail(self._silence(quiet), err.text()))
         await _first(out.finished, proc.exited, within=None)
+        flush()
         if out.overflow:
             proc.signal_group(signal.SIGKILL)
             return Outcome("bad_output", _detail(
@@ -441,11 +509,21 @@ class ReporterRunner:
                 await proc.terminate(self.kill_grace)
         elif not await _first(out.finished, within=self.exit_grace):
             proc.signal_group(signal.SIGKILL)  # a child left holding stdout
+        flush()  # lines read while waiting for the exit
         status = proc.exited.result() if proc.exited.done() else ExitStatus(None, None)
         failure = self._judge_exit(status, err)
         if failure is not None and failure.state == "not_applicable":
             return failure
+        if good and status.code == 0 and self.spec.format == "elim":
+            return Outcome("ok", f"elim exited 0 after reporting; restarted every "
+                           f"{self.spec.interval:g}s (as LSF restarts an elim that exits; "
+                           "`mode: periodic` says it is meant to)", exit_code=0, success=True)
         what = "stream ended" + (f" ({status.describe()})" if proc.exited.done() else "")
         if good:
             what += " after reporting"
         return Outcome("crashed", _detail(what, err.text()), exit_code=status.code)
+
+    def _silence(self, seconds: float) -> str:
+        """Health detail for a running script that has written nothing at all yet."""
+        what = f"no output at all within {seconds:g}s; the script is still running"
+        return what if self.spec.tty else f"{what}; {BUFFERING_HINT}"

@@ -4,7 +4,10 @@ Two formats:
 
 * `json` — one object `{"values": {...}, "inventory": {"pool": ..., "devices": [...]}}`
   (either part may be absent, not both).  `periodic` scripts print one such
-  document; `stream` scripts print one per line.
+  document; `stream` scripts print one per line.  An optional `"problems":
+  ["...", ...]` lets a script say what it could not measure (a value it
+  reports as null, and why): the report is published and the reporter's
+  Health turns `bad_output` with those texts.
 * `elim` — LSF external LIM lines `N name1 value1 ... nameN valueN`.  Each
   value is converted by the kind the catalog declares for its name
   (numeric → float; boolean → 1/0/true/false/yes/no; string; string_set →
@@ -57,6 +60,8 @@ class ScriptDocument(msgspec.Struct, frozen=True, kw_only=True):
 
     values: dict[str, Any] | None = None
     inventory: ScriptInventory | None = None
+    problems: list[str] = msgspec.field(default_factory=list)
+    """What the script itself says is wrong with this report (Health `bad_output`)."""
 
 
 _document = msgspec.json.Decoder(ScriptDocument)
@@ -100,7 +105,7 @@ def parse_json_report(data: bytes) -> ParsedOutput:
             raise BadOutput(_clip(f"output is not valid JSON: {exc}")) from None
     if doc.values is None and doc.inventory is None:
         raise BadOutput("output has neither \"values\" nor \"inventory\"")
-    problems: list[str] = []
+    problems = [_clip(p) for p in doc.problems]
     values = _finite_values(doc.values, problems) if doc.values is not None else None
     return ParsedOutput(values=values, inventory=doc.inventory, problems=problems)
 

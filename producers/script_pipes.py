@@ -76,18 +76,25 @@ class BoundedCapture(_PipeProtocol):
 
 
 class LineReader(_PipeProtocol):
-    """A stream: calls `on_line` for each complete line; `overflow` on a line over `limit`."""
+    """A stream: calls `on_line` for each complete line; `overflow` on a line over `limit`.
+
+    `first_data` resolves at the first byte: a long-running script that wrote
+    nothing at all for a long time is probably block-buffering its output.
+    """
 
     def __init__(self, limit: int, on_line: Callable[[bytes], None]) -> None:
         super().__init__()
         self.limit = limit
         self.on_line = on_line
         self.overflow = False
+        self.first_data: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._partial = bytearray()
 
     def data_received(self, data: bytes) -> None:
         if self.finished.done():
             return
+        if data and not self.first_data.done():
+            self.first_data.set_result(None)
         self._partial += data
         start = 0
         while True:

@@ -1,7 +1,8 @@
 """Starting reporter scripts with `os.posix_spawn` and containing them (DESIGN §5 Script protocol).
 
 A script runs in its own session and process group (`setsid`), with stdin
-from `/dev/null`, stdout and stderr on pipes, no other descriptor, and a
+from `/dev/null`, stdout and stderr on pipes (stdout on a pseudo-terminal
+with the reporter's `tty: true`), no other descriptor, and a
 minimal environment: the agent's own environment (credentials, `NATS_*`)
 and connections never reach it.  No
 `fork()` of the (possibly large, multi-threaded) agent: `posix_spawn` uses
@@ -26,6 +27,7 @@ import logging
 import os
 import shutil
 import signal
+import termios
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +46,11 @@ class CommandError(ReporterError):
     """A reporter's command cannot be started (missing, not executable, bad cwd)."""
 
 
+LSF_PASS_THROUGH = ("LSF_ENVDIR", "LSF_SERVERDIR", "LSF_BINDIR", "LSF_LIBDIR")
+"""LSF installation paths an elim may read (`. $LSF_ENVDIR/lsf.conf`), passed to
+`format: elim` scripts when the agent itself has them."""
+
+
 def script_environment(
     *,
     host: str,
@@ -52,21 +59,38 @@ def script_environment(
     resources: Iterable[str],
     allow: Iterable[str],
     source: Mapping[str, str],
+    not_applicable_exit: int = 97,
+    elim: bool = False,
+    central: bool = False,
 ) -> dict[str, str]:
     """The whole environment a script sees: the protocol names plus the allowlisted ones.
 
-    `source` is the agent's environment; only `PATH`, `LANG` and the names in
-    `allow` are taken from it.  The protocol names always win over an
-    allowlisted name of the same spelling.
+    `source` is the agent's environment; only `PATH`, `LANG`, the names in
+    `allow` and, for an elim (`elim=True`), the `LSF_PASS_THROUGH` paths are
+    taken from it.  The protocol names always win over an allowlisted name
+    of the same spelling; `PYTHONUNBUFFERED=1` is a default an allowlisted
+    value may override.
+
+    LSF's elim names are set for every script: `LSF_RESOURCES` (the same
+    names as `CRR_RESOURCES`, space-separated as LSF writes them),
+    `ELIM_ABORT_VALUE` (the exit code meaning "not applicable on this
+    host") and `LSF_MASTER` (`Y` when run centrally by `crr external run`,
+    the place of LSF's master host, else `N`).
     """
-    env = {name: source[name] for name in allow if name in source}
+    names = list(resources)
+    env = {name: source[name] for name in (*LSF_PASS_THROUGH,) if elim and name in source}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update({name: source[name] for name in allow if name in source})
     env.update(
         PATH=source.get("PATH") or DEFAULT_PATH,
         LANG=source.get("LANG") or DEFAULT_LANG,
         CRR_HOST=host,
         CRR_REPORTER=reporter,
         CRR_INTERVAL=f"{interval:g}",
-        CRR_RESOURCES=",".join(resources),
+        CRR_RESOURCES=",".join(names),
+        LSF_RESOURCES=" ".join(names),
+        ELIM_ABORT_VALUE=str(not_applicable_exit),
+        LSF_MASTER="Y" if central else "N",
     )
     return env
 
@@ -290,19 +314,58 @@ def inherited_fds() -> list[int]:
     return fds
 
 
-def spawn(argv: Sequence[str], env: Mapping[str, str], cwd: str | None = None) -> ScriptProcess:
+def _open_tty() -> tuple[int, int]:
+    """A pseudo-terminal for a script's stdout: (master, slave), both close-on-exec.
+
+    Output post-processing is off (no `\\n` → `\\r\\n`) and so is echo, so the
+    master reads exactly the bytes the script wrote.  The slave is opened
+    without becoming anybody's controlling terminal (glibc's openpty uses
+    O_NOCTTY), and the script, in its own session, does not acquire it either.
+    """
+    master, slave = os.openpty()
+    try:
+        attrs = termios.tcgetattr(slave)
+        attrs[1] &= ~(termios.OPOST | termios.ONLCR)  # oflag
+        attrs[3] &= ~(termios.ECHO | termios.ICANON | termios.ISIG)  # lflag
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
+    except BaseException:
+        os.close(master)
+        os.close(slave)
+        raise
+    return master, slave
+
+
+def spawn(
+    argv: Sequence[str], env: Mapping[str, str], cwd: str | None = None, *, tty: bool = False
+) -> ScriptProcess:
     """Start `argv` in a new session with /dev/null stdin and piped stdout/stderr.
 
-    `cwd=None` keeps the agent's directory.  Raises `OSError` if the kernel
-    refuses the exec (glibc reports exec errors from posix_spawn).
+    `cwd=None` keeps the agent's directory.  `tty=True` puts stdout on a
+    pseudo-terminal instead of a pipe (the script's stdio then line-buffers
+    it); its master end reads like a pipe and reports EIO, taken as end of
+    file, once every writer has gone.  Raises `OSError` if the kernel
+    refuses the exec (glibc reports exec errors from posix_spawn) or has no
+    pseudo-terminal left.
     """
     args = list(argv)
     if cwd is not None and os.path.realpath(cwd) != os.path.realpath(os.getcwd()):
         if not os.path.isdir(cwd):
             raise CommandError(f"working directory does not exist: {cwd}")
         args = [_SH, "-c", _CHDIR_TRAMPOLINE, "crr-chdir", cwd, *args]
-    out_r, out_w = os.pipe()  # O_CLOEXEC: only the dup2'ed copies reach the child
-    err_r, err_w = os.pipe()
+    # O_CLOEXEC: only the dup2'ed copies reach the child
+    try:
+        out_r, out_w = _open_tty() if tty else os.pipe()
+    except OSError as exc:
+        if not tty:
+            raise
+        raise CommandError(f"cannot open a pseudo-terminal for `tty: true`: "
+                           f"{exc.strerror or exc} (is /dev/pts mounted?)") from None
+    try:
+        err_r, err_w = os.pipe()
+    except BaseException:
+        os.close(out_r)
+        os.close(out_w)
+        raise
     try:
         pid = os.posix_spawn(
             args[0], args, dict(env),
@@ -319,6 +382,6 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], cwd: str | None = None) -
         os.close(err_r)
         raise
     finally:
-        os.close(out_w)
+        os.close(out_w)  # the slave too: the master sees EIO once the script's copies close
         os.close(err_w)
     return ScriptProcess(pid, out_r, err_r)

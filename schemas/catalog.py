@@ -53,6 +53,11 @@ class ReporterSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     type: ReporterType = "script"
     command: list[str] | None = None
     mode: Mode = "periodic"
+    """`periodic` or `stream`.  In `resources.yaml` (and any catalog validated by
+    `schemas.catalog_loader`) a reporter with `format: elim` and no `mode` gets
+    `stream`: LSF starts an elim once and reads its lines as long as it runs.  An
+    encoded catalog always spells `mode` out, so this default applies only where
+    the operator left it out."""
     format: OutputFormat = "json"
     interval: float = DEFAULT_INTERVAL
     timeout: float | None = None
@@ -68,6 +73,12 @@ class ReporterSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     quarantine_after: int = 10
     """Consecutive failures after which the agent stops retrying (`quarantined`)."""
     description: str | None = None
+    tty: bool | msgspec.UnsetType = msgspec.UNSET
+    """Run the script with stdout on a pseudo-terminal instead of a pipe, so that
+    stdio, perl and python line-buffer it as they do on a terminal.  Left out of
+    the encoded catalog unless it was set (UNSET is falsy): a catalog that does
+    not use it stays readable by agents from before it existed, which reject
+    unknown fields."""
 
     def effective_timeout(self) -> float:
         """The run timeout, defaulted from the interval."""

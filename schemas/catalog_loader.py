@@ -128,6 +128,34 @@ def _check_resource(
         problems.append(f"{path}.max_items: must be greater than zero")
 
 
+def _default_mode(spec: ReporterSpec, raw: dict[str, Any]) -> ReporterSpec:
+    """An elim without an explicit `mode` is long-running (`stream`), as LSF runs elims.
+
+    LSF starts an elim once and reads its stdout for as long as it runs; nearly
+    every real elim loops.  An explicit `mode` (`periodic` for a one-shot elim)
+    always wins.
+    """
+    if spec.format == "elim" and "mode" not in raw:
+        return msgspec.structs.replace(spec, mode="stream")
+    return spec
+
+
+def elim_mode_notes(path: str | Path) -> list[str]:
+    """One note per reporter of the (valid) `resources.yaml` at `path` given the elim default.
+
+    Said by `crr catalog apply`: such a reporter was periodic before the
+    default changed, and an operator re-applying an old file should know.
+    """
+    doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    reporters = doc.get("reporters") if isinstance(doc, dict) else None
+    if not isinstance(reporters, dict):
+        return []
+    return [f"reporters.{name}: format: elim without mode runs long-running (mode: stream), "
+            "as LSF runs elims; say `mode: periodic` for a one-shot elim"
+            for name, raw in reporters.items()
+            if isinstance(raw, dict) and raw.get("format") == "elim" and "mode" not in raw]
+
+
 def _check_reporter(name: str, spec: ReporterSpec, problems: list[str]) -> None:
     path = f"reporters.{name}"
     if spec.type == "script" and not spec.command:
@@ -179,6 +207,8 @@ def catalog_from_mapping(doc: Any, *, source: str | None = None) -> Catalog:
             problems.append(f"reporters.{name}: invalid reporter name (letters, digits, _ . -)")
             continue
         spec = _convert_entry(ReporterSpec, raw, f"reporters.{name}", problems)
+        if spec is not None:
+            spec = _default_mode(spec, raw)
         reporters[name] = spec  # None marks "declared but invalid": still a valid reference
         if spec is not None:
             _check_reporter(name, spec, problems)

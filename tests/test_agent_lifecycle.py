@@ -65,6 +65,8 @@ async def test_script_sees_only_the_allowed_environment(nats_url: str, tmp_path:
     assert seen == {
         "PATH": SAFE_ENV["PATH"], "LANG": "C.UTF-8", "CRR_HOST": HOST, "CRR_REPORTER": "env",
         "CRR_INTERVAL": "0.3", "CRR_RESOURCES": "env_v", "CRR_SCRATCH_DIR": "/scratch",
+        "LSF_RESOURCES": "env_v", "ELIM_ABORT_VALUE": "97", "LSF_MASTER": "N",
+        "PYTHONUNBUFFERED": "1",
     }
 
 

@@ -4,7 +4,8 @@ The files under tests/golden/ are the contract other languages build on;
 a change that breaks one of these tests is a wire change (DESIGN, top).
 `*.future.json` are events with a field a later version might add: today's
 readers must skip it.  `projector_status.before_partitions.json` is a status
-record from before `covered_seq`/`partitions`: it must still decode.
+record from before `covered_seq`/`partitions`, `catalog.before_tty.json` a
+catalog from before a reporter's `tty`: they must still decode.
 """
 
 from __future__ import annotations
@@ -62,6 +63,29 @@ def test_status_from_before_partitions_decodes() -> None:
     current = decode((GOLDEN / "projector_status.json").read_bytes(), ProjectorStatus)
     assert (old.covered_seq, old.partitions) == (0, None)
     assert msgspec.structs.replace(old, covered_seq=current.covered_seq) == current
+
+
+def test_catalog_from_before_tty_decodes() -> None:
+    """A catalog written before reporters had `tty` decodes with `tty` off, otherwise equal."""
+    old = decode((GOLDEN / "catalog.before_tty.json").read_bytes(), Catalog)
+    current = decode((GOLDEN / "catalog.json").read_bytes(), Catalog)
+    assert b'"tty"' not in (GOLDEN / "catalog.before_tty.json").read_bytes()
+    assert all(not r.tty for r in old.reporters.values())
+    assert old == current
+
+
+def test_catalog_without_tty_keeps_the_old_bytes() -> None:
+    """`tty` is on the wire only where an admin set it, so a catalog that does not use it
+    encodes exactly as before and agents from before `tty` (which reject unknown fields)
+    still read it; one that sets it carries it."""
+    data = (GOLDEN / "catalog.before_tty.json").read_bytes().rstrip(b"\n")
+    catalog = decode(data, Catalog)
+    assert encode(catalog) == data
+    name, spec = next(iter(catalog.reporters.items()))
+    with_tty = msgspec.structs.replace(
+        catalog, reporters={**catalog.reporters, name: msgspec.structs.replace(spec, tty=True)})
+    assert b'"tty":true' in encode(with_tty)
+    assert decode(encode(with_tty), Catalog).reporters[name].tty is True
 
 
 def test_catalog_rejects_unknown_fields() -> None:

@@ -58,6 +58,17 @@ def test_non_finite_numbers_are_dropped_and_named() -> None:
     assert parsed.problems[0].startswith("a: nan is not a finite number")
 
 
+def test_a_script_can_name_its_own_problems() -> None:
+    """`"problems"` beside the values: the values are kept, the texts become the problems
+    (Health `bad_output`), each clipped to a bounded length."""
+    parsed = parse_json_report(
+        b'{"values": {"a_free": null}, "problems": ["a_free: vendor daemon down", "' +
+        b"x" * 500 + b'"]}')
+    assert parsed.values == {"a_free": None}
+    assert parsed.problems[0] == "a_free: vendor daemon down"
+    assert len(parsed.problems[1]) < 300
+
+
 @pytest.mark.parametrize(
     ("raw", "kind", "value"),
     [

@@ -16,7 +16,7 @@ from bus.connection import connect
 from bus.streams import provision
 from bus.subjects import CATALOG, SNAPSHOT_CATALOG, SNAPSHOT_STREAM
 from schemas.catalog import Catalog
-from schemas.catalog_loader import load_catalog
+from schemas.catalog_loader import elim_mode_notes, load_catalog
 from schemas.codec import decode, encode
 from schemas.errors import CrrError
 
@@ -38,6 +38,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 async def apply_cmd(args: argparse.Namespace) -> int:
     """Validate the file (every error at once), then publish it on crr.v1.catalog."""
     catalog = load_catalog(args.file)
+    for note in elim_mode_notes(args.file):
+        print(f"crr catalog: note: {note}", file=sys.stderr)
     if args.dry_run:
         print(f"{args.file}: valid ({len(catalog.resources)} resources, "
               f"{len(catalog.reporters)} reporters)")

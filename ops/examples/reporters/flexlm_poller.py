@@ -4,10 +4,15 @@
 Run centrally by `crr external run --reporter flexlm` (script protocol,
 `mode: periodic`): prints one report `{"values": {"<feature>_free": N, ...}}`
 (cluster scope).  Only the names in $CRR_RESOURCES are reported when it is
-set (the names the catalog lets this reporter publish); an uncounted or
-erroneous feature is reported as null ("cannot tell").  When the license
-server cannot be read, it prints the reason on stderr and exits 1: the
-reporter's health turns `failed` and its values go stale.
+set (the names the catalog lets this reporter publish); an uncounted
+feature is reported as null ("cannot tell"); a declared feature lmstat does
+not list, lists in error or lists ambiguously is null too and named in the
+report's `problems` (the reporter's health turns `bad_output` saying so).
+When the license server cannot be read — or answers but lists none of the
+declared features, or only in error — it prints the reason on stderr and
+exits 1: the reporter's health turns `failed` and its values go stale.
+A feature listed more than once is counted once, summed or refused as
+ambiguous (see `producers/lmstat.py`); what was decided goes to stderr.
 
 Options (each also from the environment):
   --lmutil PATH     lmutil binary ($CRR_LMUTIL, default `lmutil` on PATH); a
@@ -26,10 +31,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 try:
-    from producers.lmstat import free_seats, parse_lmstat
+    from producers.lmstat import parse_lmstat, seat_report
 except ImportError:  # run from a source tree without crr installed
     sys.path.insert(0, str(HERE.parents[2]))
-    from producers.lmstat import free_seats, parse_lmstat
+    from producers.lmstat import parse_lmstat, seat_report
 
 
 def find_lmutil(name: str) -> str | None:
@@ -68,15 +73,18 @@ def main() -> int:
         print(f"cannot run {lmutil}: {exc.strerror}", file=sys.stderr)
         return 1
     status = parse_lmstat(run.stdout + "\n" + run.stderr)
-    if not status.server_up:
-        print(f"license server {args.server}: {status.error}", file=sys.stderr)
-        return 1
-    values = free_seats(status)
+    for note in status.notes:
+        print(f"note: {note}", file=sys.stderr)
+    # Every name we may report: a feature lmstat does not list is unknown (null).
     allowed = [n for n in os.environ.get("CRR_RESOURCES", "").split(",") if n]
-    if allowed:
-        # Every name we may report: a feature lmstat no longer lists is unknown (null).
-        values = {name: values.get(name) for name in allowed}
-    print(json.dumps({"values": values}, sort_keys=True))
+    seats = seat_report(status, allowed)
+    if seats.error is not None:
+        print(f"license server {args.server}: {seats.error}", file=sys.stderr)
+        return 1
+    report: dict[str, object] = {"values": seats.values}
+    if seats.problems:
+        report["problems"] = seats.problems
+    print(json.dumps(report, sort_keys=True))
     return 0
 
 
