@@ -1,8 +1,10 @@
 """Find, filter, sort and page hosts for the status page; and the health summary over them.
 
 No IO and no clock (`now` is an argument): the REST layer (`ops/page_api.py`)
-passes the scheduler view's table.  At 50k hosts a request walks the host
-list once: each host's STATUS (`ops.host_status`, on the record as it is at
+passes the scheduler view's table.  A page is found on the table's arrays
+in host-name order (name pattern and `select[]` masks, value sorts with
+numpy); a host's record is read only when it is on the page or a STATUS or
+reporter filter needs it.  Each host's STATUS (`ops.host_status`, on the record as it is at
 `now` via `ops.page_truth`), its value counts by state and its reporters'
 states are cached per record until its next `expires_at`, so only records
 that changed or expired since are looked at again.
@@ -15,14 +17,15 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import msgspec
+import numpy as np
 
 from ops.host_status import HostStatus, host_status
 from ops.page_truth import host_now
 from ops.reporter_health import FAILING_STATES
-from projections.host_table import expires_seconds
+from projections.host_table import BoolArray, HostTable, IntArray, expires_seconds
 from projections.select import Section
 from schemas.errors import CrrError
 from schemas.snapshot import ClusterSnapshot, HostSnapshot
@@ -124,24 +127,6 @@ def name_matcher(pattern: str) -> Callable[[str], bool]:
     return lambda name: low in name.lower()
 
 
-SortKey = tuple[int, Any]
-_MISSING: Final = 1
-
-
-def _value_key(snap: HostSnapshot, resource: str) -> SortKey | None:
-    entry = snap.values.get(resource)
-    if entry is None:
-        return None
-    v = entry.last_value if entry.state == "stale" else entry.value
-    if v is None:
-        return None
-    if isinstance(v, bool | int | float):
-        return (0, float(v))
-    if isinstance(v, list):
-        return (0, float(len(v)))
-    return (1, str(v))
-
-
 def check_sort(sort: str, resources: Iterable[str]) -> tuple[str, bool]:
     """(column, descending) of `sort` (`host`, `-status`, `scratch_free`…); CrrError if unknown."""
     desc = sort.startswith("-")
@@ -152,49 +137,77 @@ def check_sort(sort: str, resources: Iterable[str]) -> tuple[str, bool]:
     return column, desc
 
 
-def order(rows: list[tuple[HostSnapshot, _Facts]], column: str, desc: bool,
-          ) -> list[tuple[HostSnapshot, _Facts]]:
-    """Rows sorted by `column`; hosts without a value of a resource column come last."""
-    if column == "host":
-        return sorted(rows, key=lambda r: r[0].host, reverse=desc)
-    if column == "status":
-        return sorted(rows, key=lambda r: (STATUS_ORDER[r[1].status], r[0].host), reverse=desc)
-    keyed = [(_value_key(r[0], column), r) for r in rows]
-    have = [(k, r) for k, r in keyed if k is not None]
-    missing = [r for k, r in keyed if k is None]
-    have.sort(key=lambda kr: (kr[0], kr[1][0].host), reverse=desc)
-    missing.sort(key=lambda r: r[0].host)
-    return [r for _, r in have] + missing
+def _by_value(table: HostTable, column: str, idx: IntArray, desc: bool, now: float) -> IntArray:
+    """`idx` (positions in host-name order) sorted by the value `select[]` sees at `now`:
+    fresh values by value (strings by text, string sets by member count), then the hosts
+    whose value is not fresh, by name."""
+    col = table.column(column)
+    if col is None:
+        return idx
+    rows = table.sorted_rows()[idx]
+    known = col.known(now)[rows]
+    vals = col.values[rows]
+    if col.kind == "string":
+        ranks = table.ranks()
+        vals = np.where(vals >= 0, ranks[np.clip(vals, 0, max(len(ranks) - 1, 0))], -1) \
+            if len(ranks) else np.zeros(len(rows))
+    key = vals.astype(np.float64)
+    if desc:
+        key = -key
+    return idx[np.lexsort((idx, key, ~known))]
 
 
-ReporterFilter = Literal["failing", "ok"] | str | None
-
-
-def query(snaps: Iterable[HostSnapshot], facts: HostFacts, now: float, *,
+def query(table: HostTable, facts: HostFacts, now: float, *,
           match: str | None = None, status: str | None = None,
-          reporter_state: str | None = None, selected: set[str] | None = None,
+          reporter_state: str | None = None, selected: BoolArray | None = None,
           sort: str = "host", resources: list[str], offset: int = 0, limit: int = 100,
           ) -> tuple[int, list[HostRow]]:
-    """(number of matching hosts, the page `[offset, offset + limit)` of them, sorted)."""
+    """(number of matching hosts, the page `[offset, offset + limit)` of them, sorted).
+
+    Works in host-name order on the table's arrays; a host's record is looked at only
+    when a filter or the sort needs its STATUS or reporters, or when it is on the page.
+    `selected`: a per-row mask (`projections.select.columnar.truth`)."""
     column, desc = check_sort(sort, resources)
-    matches = name_matcher(match) if match else None
-    kept: list[tuple[HostSnapshot, _Facts]] = []
-    for snap in snaps:
-        if selected is not None and snap.host not in selected:
-            continue
-        if matches is not None and not matches(snap.host):
-            continue
-        f = facts.of(snap, now)
-        if status is not None and f.status != status:
-            continue
-        if reporter_state is not None and not (
-                any(s in FAILING_STATES for s in f.reporters) if reporter_state == "failing"
-                else reporter_state in f.reporters):
-            continue
-        kept.append((snap, f))
-    page = order(kept, column, desc)[offset:offset + limit]
-    return len(kept), [HostRow(host=s.host, status=f.status, snapshot=host_now(s, now))
-                       for s, f in page]
+    names = table.sorted_names()
+    keep = np.ones(len(names), dtype=np.bool_)
+    if selected is not None:
+        keep &= selected[table.sorted_rows()]
+    if match:
+        matches = name_matcher(match)
+        keep &= np.fromiter(map(matches, names), dtype=np.bool_, count=len(names))
+    idx = np.flatnonzero(keep)
+    get = table.get
+    if status is not None or reporter_state is not None or column == "status":
+        chosen: list[int] = []
+        ranks: list[int] = []
+        for i in idx.tolist():
+            snap = get(names[i])
+            if snap is None:
+                continue
+            f = facts.of(snap, now)
+            if status is not None and f.status != status:
+                continue
+            if reporter_state is not None and not (
+                    any(s in FAILING_STATES for s in f.reporters) if reporter_state == "failing"
+                    else reporter_state in f.reporters):
+                continue
+            chosen.append(i)
+            ranks.append(STATUS_ORDER[f.status])
+        idx = np.asarray(chosen, dtype=np.int64)
+        if column == "status":
+            key = np.asarray(ranks, dtype=np.int64)
+            idx = idx[np.lexsort((idx, -key if desc else key))]
+    if column == "host" and desc:
+        idx = idx[::-1]
+    elif column not in ("host", "status"):
+        idx = _by_value(table, column, idx, desc, now)
+    rows = []
+    for i in idx[offset:offset + limit].tolist():
+        snap = get(names[i])
+        if snap is not None:
+            rows.append(HostRow(host=snap.host, status=facts.of(snap, now).status,
+                                snapshot=host_now(snap, now)))
+    return len(idx), rows
 
 
 def summarize(snaps: Iterable[HostSnapshot], cluster: ClusterSnapshot | None, facts: HostFacts,

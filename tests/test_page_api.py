@@ -11,10 +11,11 @@ import httpx
 from nats.aio.client import Client
 
 from ops.host_query import HostFacts, query
+from projections.host_table import HostTable
 from schemas.snapshot import AsOf, HostSnapshot, ValueEntry
 from schemas.timestamps import format_time
 from tests.fault_support import eventually
-from tests.projector_support import publish_catalog, publish_report
+from tests.projector_support import FAST_CATALOG, publish_catalog, publish_report
 from tests.rest_support import ApiRig, running_api
 
 
@@ -165,20 +166,28 @@ async def test_bad_input_is_a_4xx_never_a_500(nc: Client) -> None:
 def test_query_pages_concatenate_to_the_whole_sorted_list() -> None:
     """Pages of any size, in order, are the whole sorted, filtered list (pure)."""
     at = format_time(time.time() + 3600)
-    snaps = [HostSnapshot(host=f"h{i:03d}", as_of=AsOf(seq=i, time=at), values={
-        "x": ValueEntry(value=float(i % 7), state="fresh", reporter="r", observed_at=at,
-                        received_at=at, expires_at=at)} if i % 5 else {}) for i in range(60)]
+    table = HostTable(FAST_CATALOG)
+    table.load(HostSnapshot(host=f"h{i:03d}", as_of=AsOf(seq=i, time=at), values={
+        "scratch_free": ValueEntry(value=float(i % 7), state="fresh", reporter="scratch",
+                                   observed_at=at, received_at=at, expires_at=at)}
+        if i % 5 else {}) for i in range(60))
     facts = HostFacts()
     now = time.time()
-    total, whole = query(snaps, facts, now, sort="-x", resources=["x"], limit=1000)
-    assert total == 60
-    for size in (1, 7, 13, 60):
-        pages = []
-        for off in range(0, 60, size):
-            _, rows = query(snaps, facts, now, sort="-x", resources=["x"], offset=off,
-                            limit=size)
-            pages += rows
-        assert [r.host for r in pages] == [r.host for r in whole]
-    shown = [r.snapshot.values["x"].value for r in whole if r.snapshot.values]
+    res = ["scratch_free"]
+    for sort in ("-scratch_free", "scratch_free", "host", "-host", "status"):
+        total, whole = query(table, facts, now, sort=sort, resources=res, limit=1000)
+        assert total == 60
+        for size in (1, 7, 13, 60):
+            pages = []
+            for off in range(0, 60, size):
+                _, rows = query(table, facts, now, sort=sort, resources=res, offset=off,
+                                limit=size)
+                pages += rows
+            assert [r.host for r in pages] == [r.host for r in whole]
+    _, whole = query(table, facts, now, sort="-scratch_free", resources=res, limit=1000)
+    shown = [r.snapshot.values["scratch_free"].value for r in whole if r.snapshot.values]
     assert shown == sorted(shown, reverse=True)
+    assert len(shown) == 48
     assert all(not r.snapshot.values for r in whole[len(shown):])
+    _, empty_last = query(table, facts, now, sort="status", resources=res, limit=1000)
+    assert [r.status for r in empty_last][-12:] == ["empty"] * 12

@@ -7,6 +7,7 @@ happen inside the page (`tests.test_status_page.until`), never on time.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -67,11 +68,16 @@ async def typed(cdp: DevTools, page: str, selector: str, text: str) -> None:
 async def screenshot(cdp: DevTools, page: str, name: str) -> Path:
     """A PNG of the page as rendered now, saved under ARTIFACTS."""
     shot = await cdp.call("Page.captureScreenshot", page, format="png", captureBeyondViewport=True)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
-    path.write_bytes(base64.b64decode(shot["data"]))
-    assert path.stat().st_size > 5000, path
+    await asyncio.to_thread(save, path, base64.b64decode(shot["data"]))
     return path
+
+
+def save(path: Path, png: bytes) -> None:
+    """Write an artifact (not a blank page: a rendered one is well over 5 kB)."""
+    assert len(png) > 5000, path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(png)
 
 
 async def viewport(cdp: DevTools, page: str) -> None:
