@@ -199,5 +199,4 @@ async def test_schemathesis_finds_no_server_errors(nc: Client, tmp_path: Path) -
         text = out.decode(errors="replace")
         assert proc.returncode == 0, text[-3000:]
         assert "/v1/select" in text, text[-3000:]  # the operations were really exercised
-        assert "/v1/host-table" in text, text[-3000:]
-        assert "/timeline" in text, text[-3000:]
+        assert " 0 passed" not in text, text[-3000:]
