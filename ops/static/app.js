@@ -42,6 +42,18 @@
     return s < 90 ? `${s.toFixed(1)} s` : s < 5400 ? `${(s / 60).toFixed(1)} min`
       : `${(s / 3600).toFixed(1)} h`;
   }
+  // A cell linking to a host's page (the name percent-encoded), or "(cluster)" for null.
+  function hostCell(host, tag = "td") {
+    const cell = el(tag);
+    if (host === null) {
+      cell.textContent = "(cluster)";
+      return cell;
+    }
+    const a = el("a", host);
+    a.href = `#/host/${encodeURIComponent(host)}`;
+    cell.append(a);
+    return cell;
+  }
   function log(text) {
     const ol = $("#log");
     ol.prepend(el("li", `${new Date().toLocaleTimeString()} ${text}`));
@@ -136,10 +148,7 @@
     const snap = row.snapshot;
     const tr = el("tr");
     tr.dataset.host = row.host;
-    const th = el("th");
-    const a = el("a", row.host);
-    a.href = `#/host/${encodeURIComponent(row.host)}`;
-    th.append(a);
+    const th = hostCell(row.host, "th");
     tr.append(th, el("td", row.status, `status ${row.status}`));
     for (const r of table.resources) {
       const c = valueCell(snap.values[r]);
@@ -278,12 +287,7 @@
     const rows = await getJSON("/v1/reporters", { failing: "true" });
     const trs = rows.slice(0, 500).map((s) => {
       const tr = el("tr", undefined, "failing");
-      const host = el("td");
-      if (s.host !== null) {
-        const a = el("a", s.host);
-        a.href = `#/host/${encodeURIComponent(s.host)}`;
-        host.append(a);
-      } else host.textContent = "(cluster)";
+      const host = hostCell(s.host);
       tr.append(el("td", s.reporter), host, el("td", s.state), el("td", s.since || "-"),
                 el("td", s.detail || (s.rejections || []).join("; ") || ""));
       return tr;
@@ -399,12 +403,7 @@
     const ms = (v) => `${(v * 1000).toFixed(1)} ms`;
     $("#slowest tbody").replaceChildren(...data.slowest.map((s) => {
       const tr = el("tr");
-      const host = el("td");
-      if (s.host !== null) {
-        const a = el("a", s.host);
-        a.href = `#/host/${encodeURIComponent(s.host)}`;
-        host.append(a);
-      } else host.textContent = "(cluster)";
+      const host = hostCell(s.host);
       const trace = el("td");
       if (s.trace_id && data.trace_url) {
         const a = el("a", s.trace_id.slice(0, 12) + "…");
