@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.parse
 from typing import Any
 
 import httpx
@@ -191,3 +192,24 @@ def test_query_pages_concatenate_to_the_whole_sorted_list() -> None:
     assert all(not r.snapshot.values for r in whole[len(shown):])
     _, empty_last = query(table, facts, now, sort="status", resources=res, limit=1000)
     assert [r.status for r in empty_last][-12:] == ["empty"] * 12
+
+
+async def test_odd_host_names_work_end_to_end(nc: Client) -> None:
+    """A host whose name needs subject-token encoding (DESIGN §3) has its page data: the
+    record, the host table match and the timeline (its subjects, not a wildcard's)."""
+    odd = "gpu node.1 *>é"
+    async with running_api(nc) as rig, httpx.AsyncClient(base_url=rig.url) as http:
+        await publish_catalog(nc)
+        await publish_report(nc, "scratch", "gpu node", {"scratch_free": 1.0})
+        seq = await publish_report(nc, "scratch", odd, {"scratch_free": 42.0})
+        await rig.settle(seq)
+        quoted = urllib.parse.quote(odd, safe="")
+        assert (await http.get(f"/v1/hosts/{quoted}")).json()["host"] == odd
+        table = (await http.get("/v1/host-table", params={"match": "*.1 [*]>*"})).json()
+        assert [r["host"] for r in table["rows"]] == [odd]
+        body = (await http.get(f"/v1/hosts/{quoted}/timeline", params={"window": "5m"})).json()
+        assert body["host"] == odd
+        assert body["events"] == 1
+        lane = body["values"][0]
+        assert lane["resource"] == "scratch_free"
+        assert [s["value"] for s in lane["spans"]] == [42.0]
