@@ -17,13 +17,13 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 import numpy as np
 
 from ops.host_status import HostStatus, host_status
-from ops.page_truth import host_now
+from ops.page_truth import Liveness, host_now
 from ops.reporter_health import FAILING_STATES
 from projections.host_table import BoolArray, HostTable, IntArray, expires_seconds
 from projections.select import Section
@@ -76,7 +76,7 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     reporters: dict[str, int]
     """(reporter, host) pairs per reporter state, cluster reporters included."""
     failing_reporters: int
-    liveness: Any
+    liveness: Liveness
     """The projector's liveness now (state, last status age, lag, detail)."""
     position: int
     projector_position: int
