@@ -50,6 +50,8 @@ LATENCY_TTL: Final = 2.0
 """Seconds a latency answer is reused (each one reads both streams)."""
 SUMMARY_TTL: Final = 1.0
 """Seconds a summary is reused (it walks every host: ~0.15 s at 50k)."""
+MAX_LATENCY_REPORTS: Final = 200_000
+"""Reports timed per answer at most (memory and time stay bounded on a busy cluster)."""
 MAX_LATENCY_WINDOW: Final = 24 * 3600.0
 HostStatusName = Literal["ok", "failing", "stale", "unknown", "empty"]
 REPORTER_STATES: Final = frozenset(get_args(ReporterState)) | {"failing"}
@@ -62,6 +64,8 @@ class LatencyView(msgspec.Struct, frozen=True, kw_only=True):
     """The window's length in seconds."""
     reporters: list[ReporterLatency]
     slowest: list[SlowReport]
+    left_out: int = 0
+    """Reports of the window not timed (beyond `MAX_LATENCY_REPORTS`: the first ones are)."""
     trace_url: str | None = None
     """A link template with `{trace_id}` (from `CRR_TRACE_URL`), for traced reports."""
 
@@ -112,8 +116,8 @@ class PageApi:
             cached = self._latency.get((since, top))
             if cached is not None and time.monotonic() - cached[0] < LATENCY_TTL:
                 return cached[1]
-            events = await collect(self.view.nc, since=since)
-            out = LatencyView(since=since, reporters=summarize(events),
+            events, dropped = await collect(self.view.nc, since=since, limit=MAX_LATENCY_REPORTS)
+            out = LatencyView(since=since, reporters=summarize(events), left_out=dropped,
                               slowest=slowest(events, top),
                               trace_url=os.environ.get(TRACE_URL_ENV) or None)
             self._latency = {(since, top): (time.monotonic(), out)}

@@ -11,6 +11,9 @@ from typing import Any
 import httpx
 from nats.aio.client import Client
 
+from bus.ordered import StoredMessage
+from bus.subjects import event_subject
+from ops.commands.latency import _Collector
 from ops.host_query import HostFacts, query
 from projections.host_table import HostTable
 from schemas.snapshot import AsOf, HostSnapshot, ValueEntry
@@ -122,6 +125,19 @@ async def test_latency_reports_percentiles_and_slowest(nc: Client) -> None:
         assert scratch["observed_to_stored"]["p50"] is not None
         assert body["slowest"]
         assert body["slowest"][0]["host"].startswith("node")
+        assert body["left_out"] == 0
+
+
+def test_latency_collector_keeps_at_most_its_limit() -> None:
+    """Beyond `limit` reports the collector only counts (memory stays bounded)."""
+    col = _Collector(limit=2)
+    for seq in range(1, 6):
+        col.event(StoredMessage(seq, 1000.0 + seq, event_subject("report", "scratch", "n1"),
+                                now_report("scratch", "n1", {"scratch_free": 1.0}, seq),
+                                {"traceparent": f"00-{'a' * 32}-{'b' * 16}-01"}, 0))
+    assert [e.seq for e in col.events] == [1, 2]
+    assert col.dropped == 3
+    assert col.events[0].trace_id == "a" * 32
 
 
 async def test_bad_input_is_a_4xx_never_a_500(nc: Client) -> None:

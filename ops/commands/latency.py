@@ -109,8 +109,14 @@ class _Collector:
     uncovered: dict[HostKey, list[_Event]] = field(default_factory=dict)
     by_seq: dict[int, tuple[HostKey, _Event]] = field(default_factory=dict)
     reporters: set[str] | None = None
+    limit: int | None = None
+    """Reports kept at most (the first ones of the window); more are counted in `dropped`."""
+    dropped: int = 0
 
     def event(self, m: StoredMessage) -> None:
+        if self.limit is not None and len(self.events) >= self.limit:
+            self.dropped += 1
+            return
         try:
             addr = parse_event_subject(m.subject)
             head = _head.decode(m.data)
@@ -248,13 +254,16 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 async def measure(nc: Any, *, since: float, watch: float = 0.0,
                   reporters: set[str] | None = None) -> list[ReporterLatency]:
     """Read the streams (and follow them `watch` seconds) and summarize."""
-    return summarize(await collect(nc, since=since, watch=watch, reporters=reporters))
+    events, _ = await collect(nc, since=since, watch=watch, reporters=reporters)
+    return summarize(events)
 
 
 async def collect(nc: Any, *, since: float, watch: float = 0.0,
-                  reporters: set[str] | None = None) -> list[_Event]:
-    """Every report stored within `since` seconds, timed (see the module doc)."""
-    col = _Collector(reporters=reporters)
+                  reporters: set[str] | None = None, limit: int | None = None,
+                  ) -> tuple[list[_Event], int]:
+    """Every report stored within `since` seconds, timed (see the module doc): at most
+    `limit` (the first ones), and how many more were left out."""
+    col = _Collector(reporters=reporters, limit=limit)
     events = OrderedReader(nc, stream=EVENTS_STREAM, subject="crr.v1.report.>",
                            handler=col.event, deliver=DeliverPolicy.BY_START_TIME,
                            start_time=time.time() - since)
@@ -277,7 +286,7 @@ async def collect(nc: Any, *, since: float, watch: float = 0.0,
         await events.stop()
         if snaps is not None:
             await snaps.stop()
-    return col.events
+    return col.events, col.dropped
 
 
 async def run(args: argparse.Namespace) -> int:

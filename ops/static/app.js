@@ -400,6 +400,10 @@
     const chart = $("#latency-chart");
     chart.replaceChildren(data.reporters.length ? window.crrCharts.latency(data.reporters)
       : el("p", `no reports stored in the last ${$("#latency-window").value}`));
+    if (data.left_out) {
+      err.hidden = false;
+      err.textContent = `only the first ${data.reporters.reduce((n, r) => n + r.reports, 0)} reports of the window were timed (${data.left_out} more left out): choose a shorter window`;
+    }
     const ms = (v) => `${(v * 1000).toFixed(1)} ms`;
     $("#slowest tbody").replaceChildren(...data.slowest.map((s) => {
       const tr = el("tr");
