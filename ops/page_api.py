@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 from typing import Annotated, Any, Final, Literal, get_args
 
 import msgspec
@@ -35,7 +36,7 @@ from ops.commands.latency import ReporterLatency, SlowReport, collect, slowest, 
 from ops.host_query import MAX_LIMIT, HostFacts, HostPage, Summary, query
 from ops.host_query import summarize as count_hosts
 from ops.host_timeline import read_timeline, retention
-from ops.page_truth import liveness
+from ops.page_truth import Liveness, liveness
 from ops.reporter_health import FAILING_STATES
 from ops.view import SchedulerView
 from projections.select import Explanation
@@ -88,8 +89,12 @@ def _window(text: str, what: str) -> float:
 class PageApi:
     """The handlers above, bound to one view (and its NATS connection for history)."""
 
-    def __init__(self, view: SchedulerView) -> None:
+    def __init__(self, view: SchedulerView,
+                 live: Callable[[float], Liveness] | None = None) -> None:
+        """`live(now)`: the projector's liveness at `now` (default: `page_truth.liveness`
+        of the view's status records)."""
         self.view = view
+        self.live = live or (lambda now: liveness(view.projectors, now))
         self.facts = HostFacts()
         self._latency: dict[tuple[float, int], tuple[float, LatencyView]] = {}
         self._latency_lock = asyncio.Lock()
@@ -181,7 +186,7 @@ class PageApi:
                            values=dict(values), reporters=dict(reporters),
                            failing_reporters=sum(n for s, n in reporters.items()
                                                  if s in FAILING_STATES),
-                           liveness=liveness(view.projectors, now),
+                           liveness=page.live(now),
                            position=view.position, projector_position=view.projector_position)
             return page._summary
 
