@@ -225,3 +225,48 @@ async def test_latency_chart_renders(nc: Client, tmp_path: Path) -> None:
             slow = await until(cdp, page, "document.querySelectorAll('#slowest tbody tr').length")
             assert slow >= 1
             await screenshot(cdp, page, "latency")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+async def test_page_at_50k_hosts(nc: Client, tmp_path: Path) -> None:
+    """50k hosts: the page shows the total, scrolling to the middle shows the middle rows,
+    an expression narrows the table; prints how long each took (`pytest -m slow -s`)."""
+    async with running_api(nc) as rig:
+        await publish_catalog(nc)
+        js = nc.jetstream()
+        pending: list[Any] = []
+        last = 0
+        for i in range(50_000):
+            name = f"node{i:05d}"
+            pending.append(js.publish(event_subject("report", "scratch", name),
+                                      report("scratch", name, {"scratch_free": float(i % 977)},
+                                             1)))
+            if len(pending) >= 500 or i == 49_999:
+                last = (await asyncio.gather(*pending))[-1].seq
+                pending = []
+        await rig.projector.wait_until(last, 300)
+        await rig.view.wait_until(last, 300)
+        async with chromium(f"{rig.url}/", tmp_path / "profile") as (cdp, page):
+            await viewport(cdp, page)
+            t0 = time.monotonic()
+            await until(cdp, page, "crrStatus.loaded && crrStatus.total === 50000", 60000)
+            opened = time.monotonic() - t0
+            t0 = time.monotonic()
+            n = await until(cdp, page, """(() => { const r = crrStatus.refreshes;
+                document.querySelector('#table-scroll').scrollTop = 26 * 25000;
+                return r + 1; })()""")
+            first = await until(cdp, page, f"crrStatus.refreshes >= {n} && "
+                                           "crrStatus.rows()[0] > 'node2' && crrStatus.rows()",
+                                30000)
+            scrolled = time.monotonic() - t0
+            assert "node25000" in first
+            assert len(first) < 200  # only the rows in view (and a margin) are in the page
+            t0 = time.monotonic()
+            await typed(cdp, page, "#select", "scratch_free > 970")
+            total = await until(cdp, page, "crrStatus.total < 50000 && crrStatus.total", 30000)
+            narrowed = time.monotonic() - t0
+            assert total == sum(1 for i in range(50_000) if i % 977 > 970)
+            await screenshot(cdp, page, "main-50k")
+            print(f"50k hosts: first table {opened:.2f} s after opening, scroll to the middle "
+                  f"{scrolled:.2f} s, select narrowed in {narrowed:.2f} s")
