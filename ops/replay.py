@@ -41,6 +41,7 @@ import tenacity
 from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
+from bus.follower import load_compacted
 from bus.ordered import OrderedReader, StoredMessage
 from bus.streams import owner
 from bus.subjects import (
@@ -370,13 +371,8 @@ async def read_snapshot_bytes(nc: Client, timeout: float = 30.0) -> dict[str, tu
     def keep(m: StoredMessage) -> None:
         out[m.subject] = (m.seq, m.data)
 
-    reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
-                           handler=keep)
-    await reader.start()
-    try:
-        await reader.wait_ready(timeout)
-    finally:
-        await reader.stop()
+    await load_compacted(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
+                         handler=keep, timeout=timeout)
     return out
 
 

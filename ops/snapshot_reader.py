@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 from nats.aio.client import Client
 
-from bus.ordered import OrderedReader, StoredMessage
+from bus.follower import load_compacted
+from bus.ordered import StoredMessage
 from bus.subjects import (
     SNAPSHOT_CATALOG,
     SNAPSHOT_CLUSTER,
@@ -65,13 +66,8 @@ def absorb(contents: SnapshotContents, m: StoredMessage) -> None:
 
 
 async def read_snapshot(nc: Client, timeout: float = 30.0) -> SnapshotContents:
-    """Load the current snapshot with one ordered consumer (DeliverLastPerSubject)."""
+    """Load the current snapshot (`bus.follower.load_compacted`: last per subject)."""
     contents = SnapshotContents()
-    reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
-                           handler=lambda m: absorb(contents, m))
-    await reader.start()
-    try:
-        await reader.wait_ready(timeout)
-    finally:
-        await reader.stop()
+    await load_compacted(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
+                         handler=lambda m: absorb(contents, m), timeout=timeout)
     return contents

@@ -9,12 +9,13 @@ A scheduler embeds one `SchedulerView` per process::
         hosts = view.select('scratch_free > 100 && datasets has "c4"')
         print(view.explain("scratch_free > 100", "node7").render())
 
-One ordered consumer on `crr.v1.snapshot.>` (DeliverLastPerSubject) loads
-the compacted snapshot and then stays on for live changes: host records go
-into a columnar `HostTable`, the catalog record (`crr.v1.snapshot.catalog`)
-re-shapes the table, the cluster record feeds cluster-scope values, and the
-projector status records give `projector_position` (the CRR_EVENTS
-sequence the snapshot covers).  There is one status record per projector:
+One `bus.follower.Follower` on `crr.v1.snapshot.>` loads the compacted
+snapshot (last per subject) and then stays on for live changes: host
+records go into a columnar `HostTable` as lean rows (see below), the
+catalog record (`crr.v1.snapshot.catalog`) re-shapes the table, the
+cluster record feeds cluster-scope values, and the projector status
+records give `projector_position` (the CRR_EVENTS sequence the snapshot
+covers).  There is one status record per projector:
 `crr.v1.snapshot.projector` for an unpartitioned one, `….projector.<k>` for
 partition k of N; `projections.coverage` picks the current layout's records
 (left-overs of an earlier layout are ignored) and takes the minimum of their
@@ -25,29 +26,43 @@ Readiness: `ready` is false until the last record that existed when the
 consumer was created has been applied; `select` and `explain` raise
 `NotReadyError` before that — "not loaded yet" is never "absent".
 
-Cold start: during the initial load the records are only kept (the last
-per subject, raw); when the consumer is caught up they are decoded and the
-`HostTable` is built column-wise in one go (`HostTable.load`), with the
-garbage collector paused for that synchronous step.  Live records after
-that are `upsert`ed one by one.
+Lean rows: a host record is decoded only as far as the columns need
+(`HostTable.decode_record`: each catalog resource's state, value and
+expiry — the numeric `expires_ts` twin when the record has one, else the
+parsed `expires_at`), and the view keeps the record's bytes, not a `HostSnapshot`:
+`table.get(host)` and `explain` decode the full record on demand.  Nothing
+of a decoded record outlives its apply, so live updates do not grow the
+object graph the garbage collector scans.  A record that does not decode
+is logged and counted (`rejected`), and the rest is served; one whose lean
+decode works but whose full decode fails is logged and counted
+(`unreadable`) when `get` meets it, and `get` returns None for it.
+With `pack_records` (the default) the view compresses the kept records
+soon after they arrive (zlib, fastest level: a 4.7 kB host record keeps
+~0.5 kB), a few at a time between the loop's other work — `get`
+decompresses — trading some CPU for memory.
 
-Restarts: nats-py's ordered consumer notices missed heartbeats after a
-server restart (or any gap) and re-creates itself from the last stream
-sequence it delivered + 1, retrying until the server answers.  CRR_SNAPSHOT
-is compacted, so everything newer than `position` is exactly what the view
-missed — unless the server lost its last acknowledged messages (a SIGKILL
-with the default asynchronous flush) and re-used their sequence numbers.
-So after every reconnect the view compares the stream with its position
-(`last_seq` < position, or a different record stored at `position`) and,
-if the stream went backwards, reloads it into a fresh table on a new
-consumer and swaps it in at once: until then `ready` stays true and
-queries see the old table, never a half-loaded one.
+Cold start: during the initial load the records are only kept (the last
+per subject, raw); when the consumer is caught up they are lean-decoded and
+the `HostTable` is built column-wise in one go (`HostTable.load_records`),
+with the garbage collector paused for that synchronous step, and the heap
+is trimmed (the freed load buffers go back to the OS).  Live records after
+that are upserted one by one.
+
+Restarts and regressions are the follower's (`bus.follower`): nats-py's
+ordered consumer resumes from the last delivered sequence + 1; after every
+reconnect the follower checks that CRR_SNAPSHOT still holds the last record
+handled and, if the stream went backwards (a SIGKILLed server lost
+acknowledged records), reloads it into a fresh table on a new consumer and
+swaps it in at once: until then `ready` stays true and queries see the old
+table, never a half-loaded one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import gc
 import logging
 import time
@@ -55,13 +70,10 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Final
 
 import msgspec
-import nats.errors
 from nats.aio.client import Client
-from nats.js.api import DeliverPolicy
 
-from bus.connection import add_reconnect_listener
-from bus.ordered import OrderedReader, StoredMessage
-from bus.stream_check import still_holds
+from bus.follower import Follower
+from bus.ordered import StoredMessage
 from bus.subjects import (
     SNAPSHOT_CATALOG,
     SNAPSHOT_CLUSTER,
@@ -71,25 +83,54 @@ from bus.subjects import (
     untoken,
 )
 from projections.coverage import Coverage
-from projections.host_table import HostTable
+from projections.host_table import HostTable, pack
 from projections.select import CompiledSelect, Explanation, compile_select, explain
 from schemas.catalog import Catalog
 from schemas.codec import DECODERS
 from schemas.errors import CrrError, CrrTimeoutError, NotReadyError, SubjectError
-from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus
+from schemas.snapshot import ClusterSnapshot, ProjectorStatus
 
 log = logging.getLogger("crr.view")
 
 SNAPSHOT_FILTER: Final = "crr.v1.snapshot.>"
 COMPILE_CACHE_SIZE: Final = 4096
 """Compiled expressions kept per catalog (oldest dropped first)."""
+PACK_BATCH: Final = 32
+"""Records compressed per step of the packer (about a millisecond)."""
+TRIM_AFTER: Final = 4096
+"""Records compressed in one go after which the heap is trimmed (their buffers are free)."""
 
 Listener = Callable[[str], None]
 
-_host_decoder: msgspec.json.Decoder[HostSnapshot] = DECODERS[HostSnapshot]
 _cluster_decoder: msgspec.json.Decoder[ClusterSnapshot] = DECODERS[ClusterSnapshot]
 _catalog_decoder: msgspec.json.Decoder[Catalog] = DECODERS[Catalog]
 _status_decoder: msgspec.json.Decoder[ProjectorStatus] = DECODERS[ProjectorStatus]
+
+
+def _pack_all(records: list[bytes]) -> list[bytes]:
+    return [pack(r) for r in records]
+
+
+def _load_libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+
+
+_LIBC: Final = _load_libc()
+
+
+def trim_heap() -> None:
+    """Give the heap's free pages back to the OS (glibc `malloc_trim`; elsewhere nothing).
+
+    A load frees hundreds of MB of message buffers in one go; glibc keeps
+    them in the process otherwise, and a scheduler's RSS would carry them.
+    """
+    trim = getattr(_LIBC, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 @contextlib.contextmanager
@@ -112,7 +153,7 @@ def _gc_paused() -> Iterator[None]:
 class _Load:
     """A (re)load in progress: the records kept until the consumer has caught up."""
 
-    __slots__ = ("catalog", "cluster", "coverage", "hosts", "position")
+    __slots__ = ("catalog", "cluster", "coverage", "hosts", "last_subject", "position")
 
     def __init__(self) -> None:
         self.hosts: dict[str, StoredMessage] = {}
@@ -122,13 +163,16 @@ class _Load:
         self.coverage = Coverage()
         """Every projector status record loaded (a fresh one per load, swapped in at the end)."""
         self.position = 0
+        self.last_subject: str | None = None
+        """The subject of the record that completed the load (listeners hear it last)."""
 
 
 class SchedulerView:
     """A scheduler's cached, live copy of CRR_SNAPSHOT (see the module doc).
 
     `idle_heartbeat` (seconds) bounds how fast a lost consumer is noticed
-    (about twice that); `clock` gives `now` when `select`/`explain` get none.
+    (about twice that); `clock` gives `now` when `select`/`explain` get none;
+    `pack_records`: keep the host records compressed (see the module doc).
     """
 
     def __init__(
@@ -137,11 +181,18 @@ class SchedulerView:
         *,
         idle_heartbeat: float = 2.0,
         clock: Callable[[], float] = time.time,
+        pack_records: bool = True,
     ) -> None:
         self._nc = nc
+        self._pack_records = pack_records
+        self._packer: asyncio.Task[None] | None = None
+        self._pack_wanted = asyncio.Event()
+        self._packed_all = asyncio.Event()
+        self.packed = 0
+        """Records compressed since `start`."""
         self._idle_heartbeat = idle_heartbeat
         self._clock = clock
-        self.table = HostTable()
+        self.table = HostTable(on_unreadable=self._unreadable)
         self.catalog: Catalog | None = None
         self.cluster: ClusterSnapshot | None = None
         self.projector: ProjectorStatus | None = None
@@ -150,14 +201,11 @@ class SchedulerView:
         """The status records of the current projector layout (one, or one per partition
         in partition order; incomplete while a new layout's partitions start)."""
         self._coverage = Coverage()
-        self._reader: OrderedReader | None = None
-        self._generation = 0
-        """Bumped for each consumer: records of a replaced one are ignored."""
-        self._load: _Load | None = None
-        self._last: StoredMessage | None = None
-        """The last record handled (what the stream should still hold at its seq)."""
-        self._remove_reconnect: Callable[[], None] | None = None
-        self._check: asyncio.Task[None] | None = None
+        self._follower = Follower(
+            nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_FILTER, new_load=_Load,
+            load=self._load_record, loaded=self._finish, live=self._live_record,
+            idle_heartbeat=idle_heartbeat, name="scheduler view")
+        self._started = False
         self._position = 0
         self._projector_position = 0
         self._loaded = asyncio.Event()
@@ -168,62 +216,79 @@ class SchedulerView:
         """Records applied since `start`."""
         self.rejected = 0
         """Records that could not be decoded (logged and skipped)."""
-        self.reloads = 0
+        self.unreadable = 0
+        """Kept records whose full decode failed in `get` (logged; `get` gave None)."""
+
+    @property
+    def reloads(self) -> int:
         """Full reloads after the stream went backwards (see the module doc)."""
+        return self._follower.reloads
+
+    @property
+    def _check(self) -> asyncio.Task[bool] | None:
+        """The follower's check after the last reconnect (tests await it)."""
+        return self._follower.check_task
 
     # -- lifecycle ------------------------------------------------------------
 
     async def start(self) -> None:
         """Subscribe (one ordered consumer, DeliverLastPerSubject); returns at once."""
-        if self._reader is not None:
+        if self._started:
             raise CrrError("scheduler view already started")
-        self._remove_reconnect = add_reconnect_listener(self._nc, self._on_reconnect)
-        await self._subscribe()
+        self._started = True
+        if self._pack_records:
+            self._packer = asyncio.get_running_loop().create_task(self._pack())
+        await self._follower.start()
 
-    async def _subscribe(self) -> None:
-        """A new consumer (DeliverLastPerSubject) loading into a new `_Load`."""
-        self._generation += 1
-        generation = self._generation
-        load = self._load = _Load()
+    async def wait_packed(self, timeout: float = 60.0) -> None:
+        """Wait until every host record the view keeps is compressed (after a load)."""
+        if self._packer is None:
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                while self.table.unpacked_count or self._pack_wanted.is_set():
+                    self._packed_all.clear()
+                    await self._packed_all.wait()
+        except TimeoutError:
+            raise CrrTimeoutError(f"scheduler view: {self.table.unpacked_count} record(s) "
+                                  f"still not compressed after {timeout:g}s") from None
 
-        def handler(m: StoredMessage) -> None:
-            if generation == self._generation:
-                self._apply(m)
+    async def _pack(self) -> None:
+        """Compress the records the table keeps whenever rows were loaded or updated, a few
+        at a time between the event loop's other work; trim the heap after a big load.
 
-        self._reader = OrderedReader(
-            self._nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_FILTER, handler=handler,
-            deliver=DeliverPolicy.LAST_PER_SUBJECT, idle_heartbeat=self._idle_heartbeat,
-        )
-        await self._reader.start()
-        if self._reader.ready.is_set() and self._load is load:  # the stream was empty
-            self._finish(load)
+        On the loop, not in a worker thread: a thread that compresses contends
+        for the GIL with the loop (the loop then waits out switch intervals
+        and the view falls behind its stream); small batches keep each step
+        around a millisecond."""
+        while True:
+            await self._pack_wanted.wait()
+            self._pack_wanted.clear()
+            done = 0
+            while True:
+                table = self.table
+                batch = table.unpacked(PACK_BATCH)
+                if not batch:
+                    break
+                done += table.packed(batch, _pack_all([raw for _, raw in batch]))
+                await asyncio.sleep(0)  # the loop's other work (records, queries) goes first
+            self.packed += done
+            if done >= TRIM_AFTER:
+                trim_heap()
+            self._packed_all.set()
 
     async def wait_ready(self, timeout: float = 30.0) -> None:
         """Wait until the initial load is complete (CrrTimeoutError otherwise)."""
-        if self._reader is None:
-            raise CrrError("scheduler view not started (call start() first)")
-        try:
-            await asyncio.wait_for(self._loaded.wait(), timeout)
-        except TimeoutError:
-            raise CrrTimeoutError(
-                f"scheduler view: initial load of {SNAPSHOT_STREAM} not complete after "
-                f"{timeout:g}s ({self.applied} record(s) so far)"
-            ) from None
+        await self._follower.wait_ready(timeout)  # the follower is ready once the view is
 
     async def stop(self) -> None:
         """Unsubscribe; pending `wait_until` calls fail with NotReadyError."""
-        if self._remove_reconnect is not None:
-            self._remove_reconnect()
-            self._remove_reconnect = None
-        if self._check is not None:
-            self._check.cancel()
+        await self._follower.stop()
+        if self._packer is not None:
+            self._packer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._check
-            self._check = None
-        self._generation += 1
-        if self._reader is not None:
-            await self._reader.stop()
-            self._reader = None
+                await self._packer
+            self._packer = None
         for _, fut in self._waiters:
             if not fut.done():
                 fut.set_exception(NotReadyError("scheduler view stopped"))
@@ -240,6 +305,12 @@ class SchedulerView:
     def position(self) -> int:
         """Last CRR_SNAPSHOT stream sequence applied."""
         return self._position
+
+    @property
+    def last_stored_at(self) -> float:
+        """Server time (epoch seconds) the last record handled was stored at (0: none yet)."""
+        last = self._follower.last
+        return last.time if last is not None else 0.0
 
     @property
     def projector_position(self) -> int:
@@ -341,34 +412,41 @@ class SchedulerView:
                 "so far): wait_ready() first"
             )
 
-    def _apply(self, m: StoredMessage) -> None:
-        subject = m.subject
-        load = self._load
-        if load is not None:
-            # Loading: keep the record; the table is built when the consumer caught up.
-            if subject.startswith(SNAPSHOT_HOST_PREFIX):
-                load.hosts[subject] = m
-            else:
-                self._apply_other(m, load)
-            load.position = m.seq
+    def _load_record(self, load: _Load, m: StoredMessage) -> None:
+        """Loading: keep the record; the table is built when the consumer caught up."""
+        if m.subject.startswith(SNAPSHOT_HOST_PREFIX):
+            load.hosts[m.subject] = m
         else:
-            try:
-                if subject.startswith(SNAPSHOT_HOST_PREFIX):
-                    if m.data:
-                        self.table.upsert(_host_decoder.decode(m.data))
-                    else:  # a purge or delete marker: the host is gone
-                        self.table.remove(untoken(subject[len(SNAPSHOT_HOST_PREFIX):]))
-                else:
-                    self._apply_other(m, None)
-            except (msgspec.ValidationError, msgspec.DecodeError, SubjectError) as exc:
-                self._reject(m, exc)
-            self._position = m.seq
-        self._last = m
+            self._apply_other(m, load)
+        load.position = m.seq
         self.applied += 1
-        if load is not None and m.pending == 0:
-            self._finish(load)
-        elif self._waiters:
+        if m.pending == 0:
+            load.last_subject = m.subject  # notified after the swap, when ready
+        else:
+            self._notify(m.subject)
+
+    def _live_record(self, m: StoredMessage) -> None:
+        subject = m.subject
+        try:
+            if subject.startswith(SNAPSHOT_HOST_PREFIX):
+                if m.data:
+                    table = self.table
+                    table.upsert_row(table.decode_record(m.data), m.data)
+                else:  # a purge or delete marker: the host is gone
+                    self.table.remove(untoken(subject[len(SNAPSHOT_HOST_PREFIX):]))
+            else:
+                self._apply_other(m, None)
+        except (msgspec.ValidationError, msgspec.DecodeError, SubjectError) as exc:
+            self._reject(m, exc)
+        self._position = m.seq
+        self.applied += 1
+        if self._packer is not None:
+            self._pack_wanted.set()
+        if self._waiters:
             self._release_waiters()
+        self._notify(subject)
+
+    def _notify(self, subject: str) -> None:
         if self._listeners:
             for listener in tuple(self._listeners):
                 try:
@@ -413,21 +491,22 @@ class SchedulerView:
         self.rejected += 1
         log.warning("scheduler view: skipping record %d on %s: %s", m.seq, m.subject, exc)
 
-    def _decoded_hosts(self, load: _Load) -> Iterator[HostSnapshot]:
-        """The kept host records, decoded one by one (undecodable ones counted and skipped)."""
-        decode = _host_decoder.decode
-        for m in load.hosts.values():
-            if m.data:
-                try:
-                    yield decode(m.data)
-                except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-                    self._reject(m, exc)
+    def _unreadable(self, host: str, exc: Exception) -> None:
+        self.unreadable += 1
+        log.warning("scheduler view: the record of host %s does not decode in full: %s",
+                    host, exc)
+
+    def _load_hosts(self, load: _Load, table: HostTable) -> None:
+        """Load the kept host records into `table` (undecodable ones counted and skipped)."""
+        kept = [m for m in load.hosts.values() if m.data]
+        table.load_records([m.data for m in kept],
+                           on_error=lambda i, exc: self._reject(kept[i], exc))
 
     def _finish(self, load: _Load) -> None:
         """Build the loaded table column-wise and swap it in, all in one synchronous step."""
-        table = HostTable(load.catalog)
+        table = HostTable(load.catalog, on_unreadable=self._unreadable)
         with _gc_paused():
-            table.load(self._decoded_hosts(load))
+            self._load_hosts(load, table)
         if load.cluster is not None:
             table.set_cluster(load.cluster)
         reload = self._loaded.is_set()
@@ -442,44 +521,17 @@ class SchedulerView:
         self.projectors = load.coverage.current
         self._projector_position = load.coverage.position
         self._position = load.position
-        self._load = None
+        load.hosts.clear()
+        trim_heap()
+        if self._packer is not None:
+            self._pack_wanted.set()
         self._loaded.set()
         log.info("scheduler view %s at seq %d (%d hosts)", "reloaded" if reload else "ready",
                  load.position, len(table))
         if self._waiters:
             self._release_waiters()
-
-    # -- the stream going backwards (see the module doc) -------------------------
-
-    def _on_reconnect(self) -> None:
-        if self._check is None or self._check.done():
-            self._check = asyncio.get_running_loop().create_task(self._check_sequence())
-
-    async def _check_sequence(self) -> None:
-        """After a reconnect: reload if the stream no longer holds what the view applied."""
-        last = self._last
-        if last is None:
-            return
-        try:
-            held = await still_holds(self._nc, SNAPSHOT_STREAM, last.seq, last.subject, last.data)
-        except (nats.errors.Error, TimeoutError) as exc:
-            log.warning("scheduler view: cannot check %s after a reconnect: %r",
-                        SNAPSHOT_STREAM, exc)
-            return
-        if not held:
-            log.warning("scheduler view: %s went backwards (seq %d the view applied is no "
-                        "longer stored): the server lost acknowledged records; reloading",
-                        SNAPSHOT_STREAM, last.seq)
-            await self._reload()
-
-    async def _reload(self) -> None:
-        """Load the stream again on a new consumer; the old table serves until the swap."""
-        self.reloads += 1
-        old = self._reader
-        self._generation += 1  # the old consumer's records are ignored from here on
-        if old is not None:
-            await old.stop()
-        await self._subscribe()
+        if load.last_subject is not None:
+            self._notify(load.last_subject)
 
     def _release_waiters(self) -> None:
         if not self._loaded.is_set():
@@ -491,9 +543,13 @@ class SchedulerView:
 
 
 @contextlib.asynccontextmanager
-async def loaded_view(nc: Client, timeout: float = 30.0) -> AsyncIterator[SchedulerView]:
-    """`async with loaded_view(nc) as view:` — a started, ready view, stopped on exit."""
-    view = SchedulerView(nc)
+async def loaded_view(nc: Client, timeout: float = 30.0, *,
+                      pack_records: bool = False) -> AsyncIterator[SchedulerView]:
+    """`async with loaded_view(nc) as view:` — a started, ready view, stopped on exit.
+
+    For one-shot commands: the records are not compressed unless asked (the
+    process does not live long enough for that to pay off)."""
+    view = SchedulerView(nc, pack_records=pack_records)
     await view.start()
     try:
         await view.wait_ready(timeout)

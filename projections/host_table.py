@@ -29,6 +29,19 @@ and *fresh* when it has a value.  A resource never reported on a host is
 
 `upsert` costs O(values in the old and the new snapshot) plus O(changed set
 members); `set_catalog` rebuilds every column from the stored snapshots.
+
+Lean rows (the scheduler view): `decode_record` reads a record's bytes as
+far as the columns need (`schemas.snapshot_lean.lean_decoder` for the
+catalog's host resources: state, value and expiry of each — nothing else),
+`load_records` / `upsert_row` keep only the record's bytes beside the
+columns (a bulk load fills each column from its entries with a few C-level
+passes, a chunk of records at a time); `get` decodes the
+full `HostSnapshot` from those bytes on demand.  A host therefore costs its
+columns' cells plus one bytes object, never a tree of Python objects that
+the cyclic garbage collector must scan.  The expiry is the record's numeric
+`expires_ts` twin when it has one, else its parsed `expires_at` (older
+records).  A kept record whose full decode fails (the lean one succeeded)
+makes `get` return None and is reported to `on_unreadable`.
 Pure data structure: no IO, no clock.
 """
 
@@ -36,16 +49,21 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Iterable
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final, Literal
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
 from schemas.catalog import EMPTY_CATALOG, Catalog, Kind, ResourceSpec
+from schemas.codec import DECODERS
 from schemas.errors import PayloadError
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ValueEntry
+from schemas.snapshot_lean import ABSENT as ABSENT_ENTRY
+from schemas.snapshot_lean import LeanEntry, LeanRecord, lean_decoder
 from schemas.timestamps import parse_time
 
 ABSENT: Final = 0
@@ -57,6 +75,8 @@ MAX_MEMBER_COLUMNS: Final = 256
 """Member columns kept per string-set resource (least recently used are dropped)."""
 
 _INITIAL_CAPACITY: Final = 64
+LOAD_CHUNK: Final = 2048
+"""Records decoded at a time by `HostTable.load_records` (bounds the load's transient objects)."""
 _POOL_COMPACT_MIN: Final = 65536
 
 BoolArray = npt.NDArray[np.bool_]
@@ -95,9 +115,31 @@ _DIGITS: Final = (0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22)
 _SEPARATORS: Final = ((4, "-"), (7, "-"), (10, "T"), (13, ":"), (16, ":"), (19, "."), (23, "Z"))
 _MONTH_DAYS: Final = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.int64)
 _STATE_CODES: Final = {"fresh": FRESH, "stale": STALE}
-_ENTRY_FIELDS: Final = operator.attrgetter("state", "expires_at", "value")
-_Gathered = tuple[list[int], list[tuple[str, str, Any]]]
-"""One column's values before it is built: rows, and (state, expires_at, value) per row."""
+_LEAN_CODES: Final = {"fresh": FRESH, "stale": STALE, "unknown": NULL, "absent": ABSENT}
+_STATE: Final = operator.attrgetter("state")
+_TWIN: Final = operator.attrgetter("expires_ts")
+_VALUE: Final = operator.attrgetter("value")
+_LEAN_FIELDS: Final = operator.attrgetter("state", "expires_ts", "expires_at", "value")
+
+
+def _twinless_fields(entry: ValueEntry) -> tuple[str, float | None, str, Any]:
+    return entry.state, None, entry.expires_at, entry.value
+
+
+_ENTRY_FIELDS: Final[Callable[[Any], tuple[str, float | None, str, Any]]] = (
+    _LEAN_FIELDS if "expires_ts" in ValueEntry.__struct_fields__ else _twinless_fields
+)
+"""(state, expires_ts, expires_at, value) of a full entry (ValueEntry has the twin once
+the projector writes it; until then it is None)."""
+_Quad = tuple[str, float | None, str, Any]
+_Gathered = tuple[list[int], list[_Quad]]
+"""One column's values before it is built: rows, and (state, expires_ts, expires_at, value)
+per row."""
+Entry = ValueEntry | LeanEntry
+"""What the columns read of a value: a full entry or its lean decode."""
+Doc = HostSnapshot | bytes
+"""What a row keeps: the snapshot upserted, or the record's bytes (lean rows)."""
+_host_decoder: Final[msgspec.json.Decoder[HostSnapshot]] = DECODERS[HostSnapshot]
 _NOTHING: Final[_Gathered] = ([], [])
 
 
@@ -149,6 +191,40 @@ def expires_many(texts: list[str]) -> FloatArray:
     return out
 
 
+def _expiries(twins: tuple[float | None, ...], texts: tuple[str, ...]) -> FloatArray:
+    """`entry_expiry` of many entries: the twins where present, the parsed strings elsewhere."""
+    if None not in twins:
+        return np.array(twins, dtype=np.float64)
+    missing = [i for i, t in enumerate(twins) if t is None]
+    if len(missing) == len(twins):
+        return expires_many(list(texts))
+    out = np.array([math.nan if t is None else t for t in twins], dtype=np.float64)
+    out[missing] = expires_many([texts[i] for i in missing])
+    return out
+
+
+def pack(data: bytes) -> bytes:
+    """A record compressed to keep (zlib, fastest level: ~10x smaller for host records)."""
+    return zlib.compress(data, 1)
+
+
+def is_packed(doc: bytes) -> bool:
+    """Whether kept bytes are `pack`ed: a zlib stream starts with 0x78, a JSON record never."""
+    return doc[:1] == b"x"
+
+
+def unpack(doc: bytes) -> bytes:
+    """The record of kept bytes, packed or not."""
+    return zlib.decompress(doc) if doc[:1] == b"x" else doc
+
+
+def _capacity_for(n: int, capacity: int) -> int:
+    """`capacity` doubled until it holds `n` rows (how the table grows)."""
+    while capacity < n:
+        capacity *= 2
+    return capacity
+
+
 def normalize(kind: Kind, value: Any) -> Any:
     """The value as `select[]` sees it, or None when it is null or not of `kind`.
 
@@ -192,14 +268,25 @@ def _string_set(value: Any) -> frozenset[str] | None:
     return result
 
 
-def entry_code(kind: Kind, entry: ValueEntry | None) -> tuple[int, float, Any]:
+def entry_expiry(entry: Entry) -> float:
+    """Epoch seconds an entry expires at: its `expires_ts` twin, else its parsed `expires_at`."""
+    ts: float | None = getattr(entry, "expires_ts", None)
+    return ts if ts is not None else expires_seconds(entry.expires_at)
+
+
+def entry_code(kind: Kind, entry: Entry | None) -> tuple[int, float, Any]:
     """(state code, expires_at seconds, normalized value) of one snapshot entry."""
     if entry is None:
         return ABSENT, math.inf, None
-    expires = expires_seconds(entry.expires_at)
-    if entry.state == "stale":
+    return _coded(kind, entry, entry_expiry(entry))
+
+
+def _coded(kind: Kind, entry: Entry, expires: float) -> tuple[int, float, Any]:
+    """`entry_code` once the expiry is known."""
+    state = entry.state
+    if state == "stale":
         return STALE, expires, None
-    value = normalize(kind, entry.value) if entry.state == "fresh" else None
+    value = normalize(kind, entry.value) if state == "fresh" else None
     if value is None:
         return NULL, expires, None
     return FRESH, expires, value
@@ -248,6 +335,18 @@ class Column:
         self.t_arr: BoolArray = np.zeros(capacity if self.kind == "boolean" else 0, np.bool_)
         self.f_arr: BoolArray = np.zeros(capacity if self.kind == "boolean" else 0, np.bool_)
         self.min_expiry = math.inf
+
+    def shrink(self, capacity: int) -> None:
+        """Keep the first `capacity` rows of every array (the rest must be absent)."""
+        for attr in ("state", "expires", "values", "fresh", "stale_flag"):
+            setattr(self, attr, getattr(self, attr)[:capacity].copy())
+        if self.kind == "boolean":
+            self.t_arr = self.t_arr[:capacity].copy()
+            self.f_arr = self.f_arr[:capacity].copy()
+        if self.kind == "string_set":
+            del self.sets[capacity:]
+        for m, col in self.members.items():
+            self.members[m] = col[:capacity].copy()
 
     def grow(self, capacity: int) -> None:
         """Extend every array to `capacity` rows; new rows are absent."""
@@ -331,12 +430,19 @@ class ClusterValue:
 class HostTable:
     """Host snapshots plus their values as numpy columns; see the module doc."""
 
-    def __init__(self, catalog: Catalog | None = None) -> None:
+    def __init__(self, catalog: Catalog | None = None, *,
+                 on_unreadable: Callable[[str, Exception], None] | None = None) -> None:
+        """`on_unreadable(host, error)`: a lean row's record failed its full decode in `get`."""
         self._catalog: Catalog = catalog if catalog is not None else EMPTY_CATALOG
+        self._on_unreadable = on_unreadable
+        self._lean: tuple[msgspec.json.Decoder[Any], Callable[[Any], Any], list[str]] | None = None
+        self._unpacked: dict[int, None] = {}
+        """Lean rows whose record may be kept uncompressed (an ordered set; see `unpacked`)."""
+        """The lean decoder of the catalog's host resources, its entry reader and the names."""
         self._capacity = _INITIAL_CAPACITY
         self._rows: dict[str, int] = {}
         self._names: list[str | None] = [None] * self._capacity
-        self._snaps: list[HostSnapshot | None] = [None] * self._capacity
+        self._snaps: list[Doc | None] = [None] * self._capacity
         self._free: list[int] = list(range(self._capacity - 1, -1, -1))  # low rows first
         self._columns: dict[str, Column] = {}
         self._cluster: ClusterSnapshot | None = None
@@ -358,7 +464,23 @@ class HostTable:
     def set_catalog(self, catalog: Catalog) -> None:
         """Follow a new catalog: rebuild every column from the stored snapshots."""
         self._catalog = catalog
+        self._lean = None
         self._build_columns()
+
+    def _lean_codec(self) -> tuple[msgspec.json.Decoder[Any], Callable[[Any], Any], list[str]]:
+        if self._lean is None:
+            names = sorted(n for n, spec in self._catalog.resources.items()
+                           if spec.scope == "host")
+            self._lean = (*lean_decoder(names), names)
+        return self._lean
+
+    def decode_record(self, data: bytes) -> LeanRecord:
+        """A host record's lean decode for this table's catalog (msgspec errors if invalid).
+
+        Only for `load_rows` / `upsert_row` of this table, before its catalog changes.
+        """
+        record: LeanRecord = self._lean_codec()[0].decode(data)
+        return record
 
     def load(self, snapshots: Iterable[HostSnapshot]) -> None:
         """Insert many snapshots at once (a cold start), built column-wise.
@@ -371,67 +493,160 @@ class HostTable:
         upserted after the build; on a table that already has hosts this is
         `upsert` per snapshot.
         """
+        self._load(((s.host, s.values, s) for s in snapshots), _ENTRY_FIELDS)
+
+    def load_records(self, records: Sequence[bytes],
+                     on_error: Callable[[int, Exception], None] | None = None) -> None:
+        """`load` for lean rows, from the records' bytes (see the module doc).
+
+        Gives the table that `upsert_row` of each record's `decode_record` in
+        turn gives.  A record that does not decode is skipped and reported as
+        `on_error(index, error)`.  The records are decoded and their values
+        put in the columns `LOAD_CHUNK` at a time, so the decoded objects of
+        no more than a chunk exist at once (a load must not leave the process
+        with the memory of a million short-lived objects).
+        """
         if self._rows:
-            for snap in snapshots:
-                self.upsert(snap)
+            for lean, data in self._decoded(records, on_error):
+                self.upsert_row(lean, data)
             return
+        self._capacity = _capacity_for(len(records), self._capacity)
+        self._build_columns(lean=True)
         rows: dict[str, int] = {}
-        snaps: list[HostSnapshot | None] = []
-        later: list[HostSnapshot] = []
-        gathered: dict[str, _Gathered] = {}
-        fields = _ENTRY_FIELDS
-        for snap in snapshots:
-            host = snap.host
+        docs: list[Doc | None] = []
+        later: list[tuple[LeanRecord, bytes]] = []
+        chunk: list[Any] = []
+        for lean, data in self._decoded(records, on_error):
+            host = lean.host
             if host in rows:
-                later.append(snap)
+                later.append((lean, data))
                 continue
-            row = rows[host] = len(snaps)
-            snaps.append(snap)
-            for name, entry in snap.values.items():
-                lists = gathered.get(name)
-                if lists is None:
-                    lists = gathered[name] = ([], [])
-                lists[0].append(row)
-                lists[1].append(fields(entry))
-        n = len(snaps)
+            rows[host] = len(docs)
+            docs.append(data)
+            chunk.append(lean.values)
+            if len(chunk) == LOAD_CHUNK:
+                self._fill_lean(np.arange(len(docs) - len(chunk), len(docs)), chunk)
+                chunk = []
+        if chunk:
+            self._fill_lean(np.arange(len(docs) - len(chunk), len(docs)), chunk)
+        capacity = _capacity_for(len(docs), _INITIAL_CAPACITY)
+        if capacity < self._capacity:  # some records were repeats or did not decode
+            for col in self._columns.values():
+                col.shrink(capacity)
+            self._capacity = capacity
+        self._take_rows(rows, docs)
+        self._unpacked = dict.fromkeys(range(len(docs)))
+        self._build_cluster()
+        for lean, data in later:
+            self.upsert_row(lean, data)
+
+    def _decoded(self, records: Sequence[bytes],
+                 on_error: Callable[[int, Exception], None] | None,
+                 ) -> Iterator[tuple[LeanRecord, bytes]]:
+        """`decode_record` of each record, one by one; failures go to `on_error(index, error)`."""
+        decode = self._lean_codec()[0].decode
+        for i, data in enumerate(records):
+            try:
+                lean = decode(data)
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                if on_error is not None:
+                    on_error(i, exc)
+                continue
+            yield lean, data
+
+    def _take_rows(self, rows: dict[str, int], docs: list[Doc | None]) -> None:
+        """Rows 0..n-1 of an empty table: `rows` names them, `docs` is what each keeps."""
+        n = len(docs)
         capacity = self._capacity
         while capacity < n:
             capacity *= 2
         self._capacity = capacity
         self._names = [*rows, *([None] * (capacity - n))]
-        self._snaps = [*snaps, *([None] * (capacity - n))]
+        self._snaps = [*docs, *([None] * (capacity - n))]
         self._rows = rows
         self._free = list(range(capacity - 1, n - 1, -1))  # popped from the end: low rows first
         self._order = None
         self._sorted_names = None
+
+    def _load(self, items: Iterator[tuple[str, Mapping[str, Entry], Doc]],
+              fields: Callable[[Any], _Quad]) -> None:
+        """The bulk load of full snapshots: gathered entry by entry (see `load`)."""
+        if self._rows:
+            for host, values, doc in items:
+                self._replace(host, values, doc)
+            return
+        rows: dict[str, int] = {}
+        snaps: list[Doc | None] = []
+        later: list[tuple[str, Mapping[str, Entry], Doc]] = []
+        gathered: dict[str, _Gathered] = {}
+        for host, values, doc in items:
+            if host in rows:
+                later.append((host, values, doc))
+                continue
+            row = rows[host] = len(snaps)
+            snaps.append(doc)
+            for name, entry in values.items():
+                lists = gathered.get(name)
+                if lists is None:
+                    lists = gathered[name] = ([], [])
+                lists[0].append(row)
+                lists[1].append(fields(entry))
+        self._take_rows(rows, snaps)
         self._build_columns(gathered)
-        for snap in later:
-            self.upsert(snap)
+        for host, values, doc in later:
+            self._replace(host, values, doc)
 
     def upsert(self, snapshot: HostSnapshot) -> None:
         """Insert or replace one host's snapshot."""
-        row = self._rows.get(snapshot.host)
-        old: dict[str, ValueEntry] = {}
+        self._replace(snapshot.host, snapshot.values, snapshot)
+
+    def upsert_row(self, lean: LeanRecord, data: bytes) -> None:
+        """Insert or replace one host as a lean row: its `decode_record` and its bytes."""
+        host = lean.host
+        row = self._rows.get(host)
+        fresh_row = row is None
         if row is None:
-            row = self._allocate(snapshot.host)
+            row = self._allocate(host)
+        self._snaps[row] = data
+        self._unpacked[row] = None
+        _, entries_of, names = self._lean_codec()
+        columns = self._columns
+        put = self._put
+        parsed: dict[str, float] = {}  # a report's values mostly share one expires_at
+        for name, entry in zip(names, entries_of(lean.values), strict=True):
+            col = columns[name]
+            if entry is not ABSENT_ENTRY:
+                expires = entry.expires_ts
+                if expires is None:
+                    text = entry.expires_at
+                    expires = parsed.get(text)
+                    if expires is None:
+                        expires = parsed[text] = expires_seconds(text)
+                put(col, row, *_coded(col.kind, entry, expires))
+            elif not fresh_row and col.state[row] != ABSENT:
+                put(col, row, ABSENT, math.inf, None)
+        self._compact_pool()
+
+    def _replace(self, host: str, new: Mapping[str, Entry], doc: Doc) -> None:
+        row = self._rows.get(host)
+        prev: Doc | None = None
+        if row is None:
+            row = self._allocate(host)
         else:
             prev = self._snaps[row]
-            if prev is not None:
-                old = prev.values
-        self._snaps[row] = snapshot
-        new = snapshot.values
+        self._snaps[row] = doc
         columns = self._columns
         for name, entry in new.items():
             col = columns.get(name)
             if col is not None:
                 self._write(col, row, entry)
-        for name in old:
-            if name not in new:
-                col = columns.get(name)
-                if col is not None:
-                    self._write(col, row, None)
+        if prev is not None:
+            self._clear_others(row, prev, new)
+        self._compact_pool()
+
+    def _compact_pool(self) -> None:
         if len(self._strings) > _POOL_COMPACT_MIN and len(self._strings) > 8 * (
-            len(self._rows) * max(1, sum(c.kind == "string" for c in columns.values()))
+            len(self._rows) * max(1, sum(c.kind == "string" for c in self._columns.values()))
         ):
             self._build_columns()  # the string pool grew with churn; re-encode it
 
@@ -442,12 +657,10 @@ class HostTable:
             return
         prev = self._snaps[row]
         if prev is not None:
-            for name in prev.values:
-                col = self._columns.get(name)
-                if col is not None:
-                    self._write(col, row, None)
+            self._clear_others(row, prev, {})
         self._snaps[row] = None
         self._names[row] = None
+        self._unpacked.pop(row, None)
         self._free.append(row)
         self._order = None
         self._sorted_names = None
@@ -462,9 +675,60 @@ class HostTable:
         return list(self.sorted_names())
 
     def get(self, host: str) -> HostSnapshot | None:
-        """The stored snapshot of `host`, if any."""
+        """The stored snapshot of `host`, if any (a lean row's record is decoded now)."""
         row = self._rows.get(host)
-        return None if row is None else self._snaps[row]
+        doc = None if row is None else self._snaps[row]
+        if not isinstance(doc, bytes):
+            return doc
+        try:
+            return _host_decoder.decode(unpack(doc))
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            if self._on_unreadable is not None:
+                self._on_unreadable(host, exc)
+            return None
+
+    def record(self, host: str) -> bytes | None:
+        """A lean row's record bytes, as the stream stored them (None: not a lean row)."""
+        row = self._rows.get(host)
+        doc = None if row is None else self._snaps[row]
+        return unpack(doc) if isinstance(doc, bytes) else None
+
+    # -- packing: lean rows' records compressed (see `pack`) ----------------
+
+    def unpacked(self, limit: int) -> list[tuple[int, bytes]]:
+        """Up to `limit` lean rows whose record is kept uncompressed: (row, bytes), oldest first.
+
+        They are taken off the list; hand them back to `packed` (a row whose
+        record changed in between is listed again).
+        """
+        out: list[tuple[int, bytes]] = []
+        todo = self._unpacked
+        snaps = self._snaps
+        while todo and len(out) < limit:
+            row = next(iter(todo))
+            del todo[row]
+            doc = snaps[row]
+            if isinstance(doc, bytes) and not is_packed(doc):
+                out.append((row, doc))
+        return out
+
+    def packed(self, rows: list[tuple[int, bytes]], packed: list[bytes]) -> int:
+        """Keep `packed[i]` (`pack` of `rows[i]`'s bytes) where that row still holds those bytes.
+
+        Returns how many were replaced.
+        """
+        snaps = self._snaps
+        done = 0
+        for (row, raw), small in zip(rows, packed, strict=True):
+            if snaps[row] is raw:
+                snaps[row] = small
+                done += 1
+        return done
+
+    @property
+    def unpacked_count(self) -> int:
+        """Lean rows whose record is kept uncompressed (an upper bound)."""
+        return len(self._unpacked)
 
     def cluster(self) -> ClusterSnapshot | None:
         """The stored cluster snapshot, if any."""
@@ -567,8 +831,25 @@ class HostTable:
             self._strings.append(text)
         return code
 
-    def _write(self, col: Column, row: int, entry: ValueEntry | None) -> None:
-        code, expires, value = entry_code(col.kind, entry)
+    def _clear_others(self, row: int, prev: Doc, new: Mapping[str, Entry]) -> None:
+        """Clear the row's cells that `prev` had a value for and `new` does not."""
+        columns = self._columns
+        if isinstance(prev, bytes):  # the names are not kept: ask the columns
+            for name, col in columns.items():
+                if name not in new and col.state[row] != ABSENT:
+                    self._write(col, row, None)
+            return
+        for name in prev.values:
+            if name not in new:
+                old = columns.get(name)
+                if old is not None:
+                    self._write(old, row, None)
+
+    def _write(self, col: Column, row: int, entry: Entry | None) -> None:
+        self._put(col, row, *entry_code(col.kind, entry))
+
+    def _put(self, col: Column, row: int, code: int, expires: float, value: Any) -> None:
+        """Write one cell: state `code`, expiry and normalized value (see `entry_code`)."""
         col.state[row] = code
         col.expires[row] = expires
         col.fresh[row] = code == FRESH
@@ -595,13 +876,16 @@ class HostTable:
                     if mcol is not None:
                         mcol[row] = m in new
 
-    def _build_columns(self, gathered: dict[str, _Gathered] | None = None) -> None:
+    def _build_columns(self, gathered: dict[str, _Gathered] | None = None,
+                       *, lean: bool = False) -> None:
         """(Re)build every host column from the stored snapshots, column-wise.
 
         The same state as `_write` of every stored entry, row by row: one pass
         over the entries gathers each column's (row, state, expires_at, value)
         (`load` passes them in, gathered as it went), then each column is
-        filled with a few numpy assignments.
+        filled with a few numpy assignments.  `lean`: only make the empty
+        columns (`load_records` fills them).  A table of lean rows only is
+        rebuilt from the kept bytes, a chunk of rows at a time (`_fill_lean`).
         """
         self._pool = {}
         self._strings = []
@@ -611,24 +895,35 @@ class HostTable:
             for name, spec in sorted(self._catalog.resources.items())
             if spec.scope == "host"
         }
+        if lean:
+            return
+        if gathered is None and self._rows and all(
+                isinstance(self._snaps[r], bytes) for r in self._rows.values()):
+            self._refill_lean()
+            return
         if gathered is None:
             gathered = {name: ([], []) for name in self._columns}
             get = gathered.get
-            fields = _ENTRY_FIELDS
             snaps = self._snaps
             for row in sorted(self._rows.values()):
                 snap = snaps[row]
                 assert snap is not None, row
-                for name, entry in snap.values.items():
+                values: Mapping[str, Entry]
+                fields: Callable[[Any], _Quad]
+                if isinstance(snap, bytes):  # decoded before, so it decodes again
+                    values, fields = self._lean_items(snap), _LEAN_FIELDS
+                else:
+                    values, fields = snap.values, _ENTRY_FIELDS
+                for name, entry in values.items():
                     lists = get(name)
                     if lists is not None:
                         lists[0].append(row)
                         lists[1].append(fields(entry))
         strings: list[tuple[Column, IntArray, list[str]]] = []
         for name, col in self._columns.items():
-            rows, triples = gathered.get(name, _NOTHING)
+            rows, quads = gathered.get(name, _NOTHING)
             if rows:
-                fresh_strings = self._fill(col, rows, triples)
+                fresh_strings = self._fill(col, rows, quads)
                 if fresh_strings is not None:
                     strings.append((col, *fresh_strings))
         if strings:
@@ -636,20 +931,26 @@ class HostTable:
         self._build_cluster()
 
     def _fill(
-        self, col: Column, rows: list[int], triples: list[tuple[str, str, Any]]
+        self, col: Column, rows: list[int], quads: list[_Quad]
     ) -> tuple[IntArray, list[str]] | None:
-        """Write (state, expires_at, value) at `rows` of a new column, as `_write` would.
+        """Write (state, expiry, value) at `rows` of a new column, as `_write` would.
 
         A string column's codes are left to `_fill_string_codes`: this returns
         its fresh rows and their strings.
         """
         n = len(rows)
         idx = np.asarray(rows, dtype=np.int64)
-        states, texts, raw = zip(*triples, strict=True)
+        states, twins, texts, raw = zip(*quads, strict=True)
         codes = _STATE_CODES.get
         # 1 fresh, 2 stale, anything else NULL: entry_code's first two tests.
         state = np.fromiter([codes(st, NULL) for st in states], dtype=np.int8, count=n)
-        expires = expires_many(list(texts))
+        return self._fill_arrays(col, idx, state, _expiries(twins, texts), raw)
+
+    def _fill_arrays(self, col: Column, idx: IntArray, state: npt.NDArray[np.int8],
+                     expires: FloatArray, raw: tuple[Any, ...] | list[Any],
+                     ) -> tuple[IntArray, list[str]] | None:
+        """`_fill` once the state codes (FRESH, STALE or NULL) and expiries are arrays."""
+        n = len(idx)
         kind = col.kind
         num: FloatArray | None = None
         trues: BoolArray | None = None
@@ -688,11 +989,72 @@ class HostTable:
             return idx[where], [raw[i] for i in where.tolist()]
         else:
             col_sets = col.sets
-            for row, value, ok in zip(rows, sets, fresh.tolist(), strict=True):
+            for row, value, ok in zip(idx.tolist(), sets, fresh.tolist(), strict=True):
                 col_sets[row] = value if ok else None
             col.values[idx] = np.fromiter([len(v) if v is not None else 0 for v in sets],
                                           dtype=np.float64, count=n) * fresh
         return None
+
+    def _lean_items(self, data: bytes) -> dict[str, LeanEntry]:
+        """A lean row's entries by name (its record decoded again: it decoded before)."""
+        decoder, entries_of, names = self._lean_codec()
+        values = decoder.decode(unpack(data)).values
+        return {name: e for name, e in zip(names, entries_of(values), strict=True)
+                if e is not ABSENT_ENTRY}
+
+    def _refill_lean(self) -> None:
+        """Fill the new columns from every lean row's kept bytes, a chunk at a time."""
+        decode = self._lean_codec()[0].decode
+        rows = sorted(self._rows.values())
+        for start in range(0, len(rows), LOAD_CHUNK):
+            part = rows[start:start + LOAD_CHUNK]
+            self._fill_lean(np.asarray(part, dtype=np.int64),
+                            [decode(self._record_at(r)).values for r in part])
+        self._build_cluster()
+
+    def _record_at(self, row: int) -> bytes:
+        doc = self._snaps[row]
+        assert isinstance(doc, bytes), row
+        return unpack(doc)
+
+    def _fill_lean(self, rows: IntArray, values: list[Any]) -> None:
+        """Write the decoded values of `rows` into every column, one column at a time.
+
+        Each column's entries are read with C-level passes (`map` of an
+        attribute getter), so the per-value work is numpy's; rows without a
+        value (`ABSENT`) are left as they are.
+        """
+        _, entries_of, names = self._lean_codec()
+        n = len(values)
+        per_row = list(map(entries_of, values))
+        strings: list[tuple[Column, IntArray, list[str]]] = []
+        for k, name in enumerate(names):
+            col = self._columns[name]
+            entries = [r[k] for r in per_row]
+            codes = np.fromiter(map(_LEAN_CODES.__getitem__, map(_STATE, entries)),
+                                dtype=np.int8, count=n)
+            present = codes != ABSENT
+            if not present.any():
+                continue
+            idx = rows
+            if not present.all():
+                where = np.flatnonzero(present)
+                entries = [entries[i] for i in where.tolist()]
+                codes = codes[present]
+                idx = rows[where]
+            twins = list(map(_TWIN, entries))
+            if None in twins:
+                missing = [i for i, t in enumerate(twins) if t is None]
+                expires = np.array([math.nan if t is None else t for t in twins],
+                                   dtype=np.float64)
+                expires[missing] = expires_many([entries[i].expires_at for i in missing])
+            else:
+                expires = np.array(twins, dtype=np.float64)
+            fresh_strings = self._fill_arrays(col, idx, codes, expires, list(map(_VALUE, entries)))
+            if fresh_strings is not None:
+                strings.append((col, *fresh_strings))
+        if strings:
+            self._fill_string_codes(strings)
 
     def _fill_string_codes(self, columns: list[tuple[Column, IntArray, list[str]]]) -> None:
         """Intern the fresh strings of `columns` row by row (as upserts would), then code them."""

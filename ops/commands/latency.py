@@ -27,6 +27,7 @@ import numpy as np
 from nats.js.api import DeliverPolicy
 
 from bus.connection import connect
+from bus.follower import Follower
 from bus.ordered import OrderedReader, StoredMessage
 from bus.subjects import (
     EVENTS_STREAM,
@@ -268,18 +269,19 @@ async def collect(nc: Any, *, since: float, watch: float = 0.0,
                            handler=col.event, deliver=DeliverPolicy.BY_START_TIME,
                            start_time=time.time() - since)
     await events.start()
-    snaps: OrderedReader | None = None
+    snaps: Follower[None] | None = None
     try:
         await events.wait_ready(60.0)
         # Reports before the snapshot load: a compacted record can only be matched exactly.
         for evs in col.uncovered.values():
             evs.clear()
-        state = {"live": False}
-        snaps = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
-                              handler=lambda m: col.snapshot(m, live=state["live"]))
+        snaps = Follower(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
+                         new_load=lambda: None,
+                         load=lambda _, m: col.snapshot(m, live=False),
+                         loaded=lambda _: None,
+                         live=lambda m: col.snapshot(m, live=True), name="crr latency")
         await snaps.start()
         await snaps.wait_ready(60.0)
-        state["live"] = True
         if watch > 0:
             await asyncio.sleep(watch)  # the operator asked to follow the streams this long
     finally:

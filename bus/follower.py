@@ -1,0 +1,241 @@
+"""One follower of compacted streams: last-per-subject load, then live, reload on regression.
+
+Every reader of `CRR_SNAPSHOT` (the scheduler view, the CLI's snapshot read,
+the replay cut, `crr latency`, the projector's restore) wants the same
+thing: the last record of every subject, then — for those that stay on —
+every later record in stream order, and a correct state again if the
+server came back without records it had acknowledged.  `Follower` does all
+of it once:
+
+- **load**: one ordered consumer with `DeliverLastPerSubject`; each record
+  goes to `load(state, m)` on a fresh state from `new_load()`; the record
+  delivered with `pending == 0` (or an empty stream) completes it and
+  `loaded(state)` swaps it in.  "Not loaded yet" is never "absent".
+- **live**: the same consumer stays on; later records go to `live(m)`.
+  nats-py's ordered consumer re-creates itself from the last delivered
+  sequence + 1 after a gap or a server restart.
+- **regression**: after every reconnect the follower asks whether the
+  stream still holds the last record it handled (`bus.stream_check`).  If
+  not (a SIGKILLed server lost acknowledged records and re-used their
+  sequence numbers), it **reloads**: a new consumer loads into a new state,
+  records of the old consumer are ignored from then on (a generation
+  number), and `loaded` swaps the new state in at once — until then the
+  old state keeps serving.
+
+`load_compacted` is the load alone, for one-shot readers (a CLI listing, the
+replay cut, a projector restoring its checkpoint): the same load, then stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+import nats.errors
+from nats.aio.client import Client
+from nats.js.api import DeliverPolicy
+
+from bus.connection import add_reconnect_listener
+from bus.ordered import OrderedReader, StoredMessage
+from bus.stream_check import still_holds
+from schemas.errors import CrrError, CrrTimeoutError
+
+log = logging.getLogger("crr.bus.follower")
+
+L = TypeVar("L")
+
+
+class Follower(Generic[L]):
+    """Follow `subject` of the compacted `stream` (see the module doc).
+
+    `new_load()` makes the state of one (re)load, `load(state, m)` adds a
+    record to it, `loaded(state)` is called once it is complete (the swap:
+    keep it synchronous), `live(m)` gets every later record.  Callbacks run
+    in the consumer's callback, in stream order; an exception in one
+    propagates to nats-py's error callback, so handle bad records inside.
+    `idle_heartbeat` (seconds) bounds how fast a lost consumer is noticed.
+    """
+
+    def __init__(
+        self,
+        nc: Client,
+        *,
+        stream: str,
+        subject: str,
+        new_load: Callable[[], L],
+        load: Callable[[L, StoredMessage], None],
+        loaded: Callable[[L], None],
+        live: Callable[[StoredMessage], None],
+        idle_heartbeat: float = 2.0,
+        name: str = "follower",
+    ) -> None:
+        self._nc = nc
+        self._stream = stream
+        self._subject = subject
+        self._new_load = new_load
+        self._load = load
+        self._loaded_cb = loaded
+        self._live = live
+        self._idle_heartbeat = idle_heartbeat
+        self._name = name
+        self._reader: OrderedReader | None = None
+        self._generation = 0
+        self._state: L | None = None
+        """The state of the (re)load in progress."""
+        self._loading = False
+        self._remove_reconnect: Callable[[], None] | None = None
+        self._check: asyncio.Task[bool] | None = None
+        self._ready = asyncio.Event()
+        self.last: StoredMessage | None = None
+        """The last record handled (what the stream must still hold at its seq)."""
+        self.received = 0
+        """Records handled since `start` (every load and live)."""
+        self.reloads = 0
+        """Full reloads after the stream went backwards."""
+
+    @property
+    def ready(self) -> bool:
+        """Whether the first load is complete (stays true during a reload)."""
+        return self._ready.is_set()
+
+    @property
+    def check_task(self) -> asyncio.Task[bool] | None:
+        """The check started by the last reconnect (None: no reconnect yet)."""
+        return self._check
+
+    @property
+    def loading(self) -> bool:
+        """Whether a (re)load is in progress."""
+        return self._loading
+
+    async def start(self) -> None:
+        """Subscribe and start the first load; returns before it completes."""
+        if self._reader is not None or self._remove_reconnect is not None:
+            raise CrrError(f"{self._name} already started")
+        self._remove_reconnect = add_reconnect_listener(self._nc, self._on_reconnect)
+        await self._subscribe()
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:
+        """Wait for the first load (CrrTimeoutError after `timeout` seconds)."""
+        if self._remove_reconnect is None:
+            raise CrrError(f"{self._name} not started (call start() first)")
+        try:
+            await asyncio.wait_for(self._ready.wait(), timeout)
+        except TimeoutError:
+            raise CrrTimeoutError(
+                f"{self._name}: initial load of {self._stream} ({self._subject}) not complete "
+                f"after {timeout:g}s ({self.received} record(s) so far)"
+            ) from None
+
+    async def stop(self) -> None:
+        """Unsubscribe; no callback runs after this returns."""
+        if self._remove_reconnect is not None:
+            self._remove_reconnect()
+            self._remove_reconnect = None
+        if self._check is not None:
+            self._check.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._check
+            self._check = None
+        self._generation += 1
+        if self._reader is not None:
+            await self._reader.stop()
+            self._reader = None
+
+    async def reload(self) -> None:
+        """Load the stream again on a new consumer; the current state serves until the swap."""
+        self.reloads += 1
+        old = self._reader
+        self._generation += 1  # the old consumer's records are ignored from here on
+        self._reader = None
+        if old is not None:
+            await old.stop()
+        await self._subscribe()
+
+    async def check(self) -> bool:
+        """Whether the stream still holds the last record handled; reload if not.
+
+        Run after every reconnect; True when nothing had to be done (or the
+        check could not be made: logged, the consumer carries on).
+        """
+        last = self.last
+        if last is None:
+            return True
+        try:
+            held = await still_holds(self._nc, self._stream, last.seq, last.subject, last.data)
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning("%s: cannot check %s after a reconnect: %r", self._name, self._stream, exc)
+            return True
+        if held:
+            return True
+        log.warning("%s: %s went backwards (seq %d it handled is no longer stored): the "
+                    "server lost acknowledged records; reloading", self._name, self._stream,
+                    last.seq)
+        await self.reload()
+        return False
+
+    async def _subscribe(self) -> None:
+        self._generation += 1
+        generation = self._generation
+        state = self._state = self._new_load()
+        self._loading = True
+
+        def handler(m: StoredMessage) -> None:
+            if generation == self._generation:
+                self._handle(m)
+
+        reader = self._reader = OrderedReader(
+            self._nc, stream=self._stream, subject=self._subject, handler=handler,
+            deliver=DeliverPolicy.LAST_PER_SUBJECT, idle_heartbeat=self._idle_heartbeat,
+        )
+        await reader.start()
+        if reader.ready.is_set() and self._loading and generation == self._generation:
+            self._finish(state)  # the stream was empty
+
+    def _handle(self, m: StoredMessage) -> None:
+        self.last = m
+        self.received += 1
+        if not self._loading:
+            self._live(m)
+            return
+        state: L = self._state  # type: ignore[assignment]  # set with _loading
+        self._load(state, m)
+        if m.pending == 0:
+            self._finish(state)
+
+    def _finish(self, state: L) -> None:
+        self._state = None
+        self._loading = False
+        self._loaded_cb(state)
+        self._ready.set()
+
+    def _on_reconnect(self) -> None:
+        if self._check is None or self._check.done():
+            self._check = asyncio.get_running_loop().create_task(self.check())
+
+
+async def load_compacted(nc: Client, *, stream: str, subject: str,
+                         handler: Callable[[StoredMessage], None],
+                         timeout: float = 30.0) -> int:
+    """Hand the last record of every subject to `handler`, then stop; the records read.
+
+    The `Follower`'s load alone (one ordered consumer, DeliverLastPerSubject)
+    for one-shot readers.  CrrTimeoutError when not complete after `timeout`.
+    """
+    count = 0
+
+    def keep(m: StoredMessage) -> None:
+        nonlocal count
+        count += 1
+        handler(m)
+
+    reader = OrderedReader(nc, stream=stream, subject=subject, handler=keep)
+    await reader.start()
+    try:
+        await reader.wait_ready(timeout)
+    finally:
+        await reader.stop()
+    return count
