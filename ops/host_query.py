@@ -28,7 +28,7 @@ from ops.reporter_health import FAILING_STATES
 from projections.host_table import BoolArray, HostTable, IntArray, expires_seconds
 from projections.select import Section
 from schemas.errors import CrrError
-from schemas.snapshot import ClusterSnapshot, HostSnapshot
+from schemas.snapshot import HostSnapshot
 
 STATUS_ORDER: Final[dict[str, int]] = {"failing": 0, "stale": 1, "unknown": 2, "ok": 3,
                                        "empty": 4}
@@ -83,10 +83,10 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Facts:
-    __slots__ = ("reporters", "snap", "status", "until", "values")
+    __slots__ = ("key", "reporters", "status", "until", "values")
 
-    def __init__(self, snap: HostSnapshot, now: float) -> None:
-        self.snap = snap
+    def __init__(self, key: object, snap: HostSnapshot, now: float) -> None:
+        self.key = key
         shown = host_now(snap, now)
         self.status: HostStatus = host_status(shown, now)
         self.values = Counter(e.state for e in shown.values.values())
@@ -97,16 +97,24 @@ class _Facts:
 
 
 class HostFacts:
-    """Per-record cache of STATUS, value states and reporter states (see the module doc)."""
+    """Per-record cache of STATUS, value states and reporter states (see the module doc),
+    keyed by what the table stores for the host (`HostTable.stored`): a record the view
+    keeps packed is decoded only when it changed or something in it expired."""
 
     def __init__(self) -> None:
         self._cache: dict[str, _Facts] = {}
 
-    def of(self, snap: HostSnapshot, now: float) -> _Facts:
-        """The facts of `snap` at `now`."""
-        f = self._cache.get(snap.host)
-        if f is None or f.snap is not snap or now >= f.until:
-            f = self._cache[snap.host] = _Facts(snap, now)
+    def of(self, table: HostTable, host: str, now: float) -> _Facts | None:
+        """The facts of `host`'s record at `now` (None: no such host)."""
+        key = table.stored(host)
+        if key is None:
+            return None
+        f = self._cache.get(host)
+        if f is None or f.key is not key or now >= f.until:
+            snap = table.get(host)
+            if snap is None:
+                return None
+            f = self._cache[host] = _Facts(key, snap, now)
         return f
 
     def prune(self, live: int) -> None:
@@ -181,10 +189,9 @@ def query(table: HostTable, facts: HostFacts, now: float, *,
         chosen: list[int] = []
         ranks: list[int] = []
         for i in idx.tolist():
-            snap = get(names[i])
-            if snap is None:
+            f = facts.of(table, names[i], now)
+            if f is None:
                 continue
-            f = facts.of(snap, now)
             if status is not None and f.status != status:
                 continue
             if reporter_state is not None and not (
@@ -204,25 +211,29 @@ def query(table: HostTable, facts: HostFacts, now: float, *,
     rows = []
     for i in idx[offset:offset + limit].tolist():
         snap = get(names[i])
-        if snap is not None:
-            rows.append(HostRow(host=snap.host, status=facts.of(snap, now).status,
-                                snapshot=host_now(snap, now)))
+        f = facts.of(table, names[i], now)
+        if snap is not None and f is not None:
+            rows.append(HostRow(host=snap.host, status=f.status, snapshot=host_now(snap, now)))
     return len(idx), rows
 
 
-def summarize(snaps: Iterable[HostSnapshot], cluster: ClusterSnapshot | None, facts: HostFacts,
-              now: float) -> tuple[int, Counter[str], Counter[str], Counter[str]]:
-    """(hosts, hosts per STATUS, values per state, reporters per state) at `now`."""
+def summarize(table: HostTable, facts: HostFacts, now: float,
+              ) -> tuple[int, Counter[str], Counter[str], Counter[str]]:
+    """(hosts, hosts per STATUS, values per state, reporters per state) at `now`, the
+    cluster's reporters included."""
     hosts = 0
     statuses: Counter[str] = Counter()
     values: Counter[str] = Counter()
     reporters: Counter[str] = Counter()
-    for snap in snaps:
-        f = facts.of(snap, now)
+    for host in table.hosts():
+        f = facts.of(table, host, now)
+        if f is None:
+            continue
         hosts += 1
         statuses[f.status] += 1
         values.update(f.values)
         reporters.update(f.reporters)
+    cluster = table.cluster()
     if cluster is not None:
         reporters.update(st.state for st in cluster.reporters.values())
     return hosts, statuses, values, reporters

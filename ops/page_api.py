@@ -104,11 +104,6 @@ class PageApi:
         if not self.view.ready:
             raise NotReadyError("scheduler view not loaded yet: retry shortly")
 
-    def _snaps(self) -> list[Any]:
-        table = self.view.table
-        self.facts.prune(len(table))
-        return [s for s in map(table.get, table.hosts()) if s is not None]
-
     def _resources(self) -> list[str]:
         catalog = self.view.catalog
         if catalog is None:
@@ -180,8 +175,8 @@ class PageApi:
             cached = page._summary
             if cached is not None and 0 <= now - cached.at < SUMMARY_TTL:
                 return cached
-            hosts, statuses, values, reporters = count_hosts(page._snaps(), view.cluster,
-                                                             page.facts, now)
+            page.facts.prune(len(view.table))
+            hosts, statuses, values, reporters = count_hosts(view.table, page.facts, now)
             page._summary = Summary(at=now, hosts=hosts, host_status=dict(statuses),
                            values=dict(values), reporters=dict(reporters),
                            failing_reporters=sum(n for s, n in reporters.items()
