@@ -10,6 +10,7 @@ spans.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Final
 
@@ -71,4 +72,7 @@ async def read_timeline(nc: Client, host: str, since: float, until: float) -> Ho
     history_from = None
     if rng.first_seq > 1 and rng.first_time is not None and rng.first_time > since:
         history_from = rng.first_time
-    return replay_timeline(host, events, since, until, history_from=history_from)
+    # Pure and CPU-bound (a second or more for a day of history): off the event loop, so
+    # the API and its event streams keep answering meanwhile.
+    return await asyncio.to_thread(replay_timeline, host, events, since, until,
+                                   history_from=history_from)
