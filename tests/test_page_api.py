@@ -9,6 +9,8 @@ import urllib.parse
 from typing import Any
 
 import httpx
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from nats.aio.client import Client
 
 from bus.ordered import StoredMessage
@@ -16,7 +18,7 @@ from bus.subjects import event_subject
 from ops.commands.latency import _Collector
 from ops.host_query import HostFacts, query
 from projections.host_table import HostTable
-from schemas.snapshot import AsOf, HostSnapshot, ValueEntry
+from schemas.snapshot import AsOf, HostSnapshot, ValueEntry, ValueState
 from schemas.timestamps import format_time
 from tests.fault_support import eventually
 from tests.projector_support import FAST_CATALOG, publish_catalog, publish_report
@@ -229,3 +231,46 @@ async def test_odd_host_names_work_end_to_end(nc: Client) -> None:
         lane = body["values"][0]
         assert lane["resource"] == "scratch_free"
         assert [s["value"] for s in lane["spans"]] == [42.0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["fresh", "stale", "unknown", None]),
+                          st.integers(-3, 3)), min_size=1, max_size=30),
+       st.sampled_from(["scratch_free", "-scratch_free", "host", "-host", "status"]),
+       st.integers(1, 7))
+def test_query_order_matches_a_reference_sort(cells: list[tuple[ValueState | None, int]],
+                                              sort: str,
+                                              size: int) -> None:
+    """Any mix of fresh, stale, unknown and absent (None) values: the pages, joined, are the hosts
+    sorted by the reference rule (fresh values by value, the rest last by name)."""
+    now = time.time()
+    later, past = format_time(now + 3600), format_time(now - 5)
+    snaps = []
+    for i, (state, v) in enumerate(cells):
+        values = {} if state is None else {"scratch_free": ValueEntry(
+            value=None if state != "fresh" else float(v), state=state, reporter="scratch",
+            observed_at=later, received_at=later,
+            expires_at=past if state == "stale" else later,
+            last_value=float(v) if state == "stale" else None)}
+        snaps.append(HostSnapshot(host=f"h{i:02d}", as_of=AsOf(seq=1, time=later),
+                                  values=values))
+    table = HostTable(FAST_CATALOG)
+    table.load(snaps)
+    facts = HostFacts()
+    got: list[str] = []
+    for off in range(0, len(cells), size):
+        got += [r.host for r in query(table, facts, now, sort=sort, resources=["scratch_free"],
+                                      offset=off, limit=size)[1]]
+    names = [s.host for s in snaps]
+    if sort.lstrip("-") == "host":
+        want = sorted(names, reverse=sort.startswith("-"))
+    elif sort == "status":
+        rank = {"stale": 1, "unknown": 2, "fresh": 3, None: 4}
+        want = sorted(names, key=lambda h: (rank[cells[int(h[1:])][0]], h))
+    else:
+        desc = sort.startswith("-")
+        fresh = [h for h in names if cells[int(h[1:])][0] == "fresh"]
+        rest = sorted(h for h in names if h not in fresh)
+        value = {h: cells[int(h[1:])][1] for h in fresh}
+        want = sorted(fresh, key=lambda h: (-value[h] if desc else value[h], h)) + rest
+    assert got == want
