@@ -65,6 +65,7 @@ from bus.subjects import (
 from ops import api_docs
 from ops.liveness import silent_after as configured_silent_after
 from ops.metrics import ViewMetrics
+from ops.page_api import PageApi
 from ops.reporter_health import ReporterHealth, reporter_rows
 from ops.view import SchedulerView
 from projections.freshness import (
@@ -403,7 +404,7 @@ class Api:
                         media_type=MediaType.HTML)
 
         return [hosts, host, cluster, resources, reporters, select, projector, healthz, events,
-                index]
+                index, *PageApi(view, self.liveness).handlers()]
 
     def _message(self, subject: str) -> ServerSentEventMessage | None:
         view = self.view

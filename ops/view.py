@@ -83,13 +83,13 @@ from bus.subjects import (
     untoken,
 )
 from projections.coverage import Coverage
+from projections.freshness import status_age
 from projections.host_table import HostTable, pack
 from projections.select import CompiledSelect, Explanation, compile_select, explain
 from schemas.catalog import Catalog
 from schemas.codec import DECODERS
 from schemas.errors import CrrError, CrrTimeoutError, NotReadyError, SubjectError
 from schemas.snapshot import ClusterSnapshot, ProjectorStatus
-from schemas.timestamps import parse_time
 
 log = logging.getLogger("crr.view")
 
@@ -339,8 +339,13 @@ class SchedulerView:
         statuses = self.projectors or ([self.projector] if self.projector else [])
         if not statuses:
             return None
-        oldest = min(parse_time(st.last_tick) for st in statuses)
-        return (self._clock() if now is None else now) - oldest
+        at = self._clock() if now is None else now
+        return max(status_age(st, at) for st in statuses)  # the rule every surface uses
+
+    @property
+    def nc(self) -> Client:
+        """The NATS connection the view reads through (history reads share it)."""
+        return self._nc
 
     async def wait_until(self, events_seq: int, timeout: float = 10.0) -> None:
         """Wait until the view reflects every event up to CRR_EVENTS sequence `events_seq`.

@@ -679,6 +679,13 @@ class HostTable:
                 self._on_unreadable(host, exc)
             return None
 
+    def stored(self, host: str) -> object | None:
+        """What is stored for `host` (a record or its packed bytes), as is: its identity
+        changes whenever the record is replaced or (re)packed, so it keys caches of facts
+        derived from the record without decoding it."""
+        row = self._rows.get(host)
+        return None if row is None else self._snaps[row]
+
     def record(self, host: str) -> bytes | None:
         """A lean row's record bytes, as the stream stored them (None: not a lean row)."""
         row = self._rows.get(host)

@@ -82,6 +82,19 @@ class ReporterLatency(msgspec.Struct, frozen=True, kw_only=True):
     """Why a leg has no samples although there are reports (n=0 is never unexplained)."""
 
 
+class SlowReport(msgspec.Struct, frozen=True, kw_only=True):
+    """One report among the slowest observed → snapshot (the status page's list)."""
+
+    seq: int
+    reporter: str
+    host: str | None
+    observed_to_stored: float
+    stored_to_snapshot: float
+    observed_to_snapshot: float
+    trace_id: str | None = None
+    """The W3C trace id when the report was traced (and sampled), else null."""
+
+
 @dataclass
 class _Event:
     seq: int
@@ -89,6 +102,8 @@ class _Event:
     observed: float
     stored: float
     snapshot: float | None = None
+    host: str | None = None
+    trace_id: str | None = None
 
 
 @dataclass
@@ -97,8 +112,14 @@ class _Collector:
     uncovered: dict[HostKey, list[_Event]] = field(default_factory=dict)
     by_seq: dict[int, tuple[HostKey, _Event]] = field(default_factory=dict)
     reporters: set[str] | None = None
+    limit: int | None = None
+    """Reports kept at most (the first ones of the window); more are counted in `dropped`."""
+    dropped: int = 0
 
     def event(self, m: StoredMessage) -> None:
+        if self.limit is not None and len(self.events) >= self.limit:
+            self.dropped += 1
+            return
         try:
             addr = parse_event_subject(m.subject)
             head = _head.decode(m.data)
@@ -106,7 +127,8 @@ class _Collector:
             return
         if head.observed_at is None or (self.reporters and addr.reporter not in self.reporters):
             return
-        ev = _Event(m.seq, addr.reporter, expires_seconds(head.observed_at), m.time)
+        ev = _Event(m.seq, addr.reporter, expires_seconds(head.observed_at), m.time,
+                    host=addr.host, trace_id=_sampled_trace(m.headers))
         self.events.append(ev)
         self.uncovered.setdefault(addr.host, []).append(ev)
         self.by_seq[m.seq] = (addr.host, ev)
@@ -140,6 +162,32 @@ class _Collector:
             else:
                 keep.append(ev)
         self.uncovered[host] = keep
+
+
+def _sampled_trace(headers: dict[str, str] | None) -> str | None:
+    """The trace id of a sampled W3C `traceparent` (`00-<trace>-<span>-01`), else None."""
+    parent = (headers or {}).get("traceparent")
+    if not parent:
+        return None
+    parts = parent.split("-")
+    if len(parts) != 4 or len(parts[1]) != 32:
+        return None
+    try:
+        sampled = int(parts[3], 16) & 1
+    except ValueError:
+        return None
+    return parts[1] if sampled else None
+
+
+def slowest(events: list[_Event], n: int = 10) -> list[SlowReport]:
+    """The `n` reports with the longest observed → snapshot, slowest first."""
+    done = [e for e in events if e.snapshot is not None]
+    done.sort(key=lambda e: (e.snapshot or 0.0) - e.observed, reverse=True)
+    return [SlowReport(seq=e.seq, reporter=e.reporter, host=e.host,
+                       observed_to_stored=round(e.stored - e.observed, 6),
+                       stored_to_snapshot=round((e.snapshot or 0.0) - e.stored, 6),
+                       observed_to_snapshot=round((e.snapshot or 0.0) - e.observed, 6),
+                       trace_id=e.trace_id) for e in done[:n]]
 
 
 def _percentiles(samples: list[float]) -> Percentiles:
@@ -219,7 +267,16 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 async def measure(nc: Any, *, since: float, watch: float = 0.0,
                   reporters: set[str] | None = None) -> list[ReporterLatency]:
     """Read the streams (and follow them `watch` seconds) and summarize."""
-    col = _Collector(reporters=reporters)
+    events, _ = await collect(nc, since=since, watch=watch, reporters=reporters)
+    return summarize(events, watched=watch > 0)
+
+
+async def collect(nc: Any, *, since: float, watch: float = 0.0,
+                  reporters: set[str] | None = None, limit: int | None = None,
+                  ) -> tuple[list[_Event], int]:
+    """Every report stored within `since` seconds, timed (see the module doc): at most
+    `limit` (the first ones), and how many more were left out."""
+    col = _Collector(reporters=reporters, limit=limit)
     events = OrderedReader(nc, stream=EVENTS_STREAM, subject="crr.v1.report.>",
                            handler=col.event, deliver=DeliverPolicy.BY_START_TIME,
                            start_time=time.time() - since)
@@ -243,7 +300,7 @@ async def measure(nc: Any, *, since: float, watch: float = 0.0,
         await events.stop()
         if snaps is not None:
             await snaps.stop()
-    return summarize(col.events, watched=watch > 0)
+    return col.events, col.dropped
 
 
 async def run(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from projections.host_table import HostTable
 from projections.select import columnar, reference
@@ -11,6 +12,10 @@ from projections.select.parser import parse_requirement
 from projections.select.requirement import Section, note
 from projections.select.typecheck import check
 from schemas.catalog import Catalog, Kind
+from schemas.errors import ExpressionError
+
+MAX_EXPRESSION: Final = 8192
+"""Longest expression compiled (characters): a requirement string is a line, not a file."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +60,22 @@ class CompiledSelect:
 def compile_select(expr: str, catalog: Catalog) -> CompiledSelect:
     """Compile `expr` (bare, `select[...]`, or a whole LSF requirement string) against `catalog`.
 
-    Raises `schemas.errors.ExpressionError` with the column of the offending token.
+    Raises `schemas.errors.ExpressionError` with the column of the offending token; also
+    for an expression longer than `MAX_EXPRESSION` or nested too deeply to parse (so
+    pasted garbage is a clear error, never a crash).
     """
+    if len(expr) > MAX_EXPRESSION:
+        raise ExpressionError(f"expression too long: {len(expr)} characters (at most "
+                              f"{MAX_EXPRESSION}); it starts", expression=expr[:60] + "…",
+                              column=60)
+    try:
+        return _compile(expr, catalog)
+    except RecursionError:
+        raise ExpressionError("expression nested too deeply", expression=expr,
+                              column=0) from None
+
+
+def _compile(expr: str, catalog: Catalog) -> CompiledSelect:
     strings = frozenset(n for n, spec in catalog.resources.items() if spec.kind == "string")
     parsed, req = parse_requirement(expr, strings)
     tree = check(parsed, expr, catalog)

@@ -1,0 +1,78 @@
+"""IO for a host's timeline: read its events from CRR_EVENTS and replay them (`crr replay`'s fold).
+
+One ordered consumer with two filters (the catalog and the host's own
+subjects, host name encoded as a subject token: DESIGN §3) reads the whole
+retained history in stream order; `projections.history.Replay` folds it
+with cuts at the window's start, after each of the host's events inside
+the window and at its end; `projections.timeline` turns the captures into
+spans.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Final
+
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js.api import DeliverPolicy
+
+from bus.ordered import OrderedReader, StoredMessage
+from bus.subjects import CATALOG, EVENTS_STREAM, published_subject, token
+from ops.replay import stream_range
+from projections.envelope import Envelope
+from projections.timeline import HostTimeline, replay_timeline
+from schemas.errors import CrrError
+from schemas.timestamps import format_time
+
+MAX_WINDOW_EVENTS: Final = 50_000
+"""Most events of one host inside a window (beyond that: ask for a shorter window)."""
+READ_TIMEOUT: Final = 30.0
+
+
+async def retention(nc: Client) -> float:
+    """CRR_EVENTS' `max_age` in seconds (+inf when unlimited); CrrError without the stream."""
+    try:
+        info = await nc.jetstream().stream_info(EVENTS_STREAM)
+    except nats.js.errors.NotFoundError:
+        raise CrrError(f"stream {EVENTS_STREAM} does not exist (is a projector running?)"
+                       ) from None
+    max_age = info.config.max_age
+    return float(max_age) if max_age else math.inf
+
+
+async def host_events(nc: Client, host: str) -> list[StoredMessage]:
+    """Every retained catalog event and event of `host`, in stream order."""
+    out: list[StoredMessage] = []
+    reader = OrderedReader(nc, stream=EVENTS_STREAM, subject="crr.v1.>", handler=out.append,
+                           deliver=DeliverPolicy.ALL,
+                           filter_subjects=[CATALOG, f"crr.v1.*.host.{token(host)}.>"])
+    await reader.start()
+    try:
+        await reader.wait_ready(READ_TIMEOUT)
+    finally:
+        await reader.stop()
+    return out
+
+
+async def read_timeline(nc: Client, host: str, since: float, until: float) -> HostTimeline:
+    """The timeline of `host` over `[since, until]` (CrrError: outside retention, too many)."""
+    keep = await retention(nc)
+    if since < until - keep:
+        raise CrrError(f"window starts {format_time(since)}, before what {EVENTS_STREAM} "
+                       f"keeps ({keep:g} s of history): choose a shorter window")
+    rng = await stream_range(nc)
+    events = [Envelope(seq=m.seq, subject=published_subject(m.subject), received_at=m.time,
+                       data=m.data) for m in await host_events(nc, host)]
+    inside = sum(1 for e in events if since < e.received_at <= until and e.subject != CATALOG)
+    if inside > MAX_WINDOW_EVENTS:
+        raise CrrError(f"{inside} events of {host!r} in the window (at most "
+                       f"{MAX_WINDOW_EVENTS}): choose a shorter window")
+    history_from = None
+    if rng.first_seq > 1 and rng.first_time is not None and rng.first_time > since:
+        history_from = rng.first_time
+    # Pure and CPU-bound (a second or more for a day of history): off the event loop, so
+    # the API and its event streams keep answering meanwhile.
+    return await asyncio.to_thread(replay_timeline, host, events, since, until,
+                                   history_from=history_from)
