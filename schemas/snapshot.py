@@ -164,7 +164,12 @@ class ProjectorStatus(msgspec.Struct, frozen=True, kw_only=True):
     start: str = ""
     """How this projector started: `restored from CRR_SNAPSHOT at seq N` or `rebuilt from
     CRR_EVENTS: <why>` (empty: an older writer)."""
+    next_due_ts: float | None = None
+    """No deadline pending in the records this status covers comes before this (epoch
+    seconds; None: nothing pending, or `checkpoint` < 2).  A restart places a restored
+    record no later than this without reading it first (see `projections.checkpoint.Lazy`)."""
 
 
-CHECKPOINT_FORMAT = 1
-"""Bumped whenever what a restore needs from the records changes."""
+CHECKPOINT_FORMAT = 2
+"""Bumped whenever what a restore needs from the records changes (2: the status carries
+`next_due_ts`; a status of format 1 still restores, reading each record's deadlines)."""

@@ -9,6 +9,8 @@ catalog from before a reporter's `tty`: they must still decode.
 `*.before_checkpoint.json` are records from before the checkpoint fields
 (numeric time twins, `rejected_total`, `missing`, the status's catalog and
 start): they decode with those fields' defaults.
+`projector_status.before_next_due.json` is a status of checkpoint format 1, from
+before `next_due_ts`.
 """
 
 from __future__ import annotations
@@ -70,6 +72,17 @@ def test_status_from_before_partitions_decodes() -> None:
     assert msgspec.structs.replace(old, covered_seq=current.covered_seq) == current
 
 
+def test_status_from_before_next_due_decodes() -> None:
+    """A status of checkpoint format 1 (before `next_due_ts`) decodes with None there,
+    otherwise equal to today's sample; today's says format 2 and a bound."""
+    old = decode((GOLDEN / "projector_status.before_next_due.json").read_bytes(),
+                 ProjectorStatus)
+    new = decode((GOLDEN / "projector_status.json").read_bytes(), ProjectorStatus)
+    assert (old.checkpoint, old.next_due_ts) == (1, None)
+    assert (new.checkpoint, new.next_due_ts) == (2, 1800000045.5)
+    assert msgspec.structs.replace(new, checkpoint=1, next_due_ts=None) == old
+
+
 @pytest.mark.parametrize(("name", "type_"), [("host_snapshot", HostSnapshot),
                                             ("cluster_snapshot", ClusterSnapshot),
                                             ("projector_status", ProjectorStatus)])
@@ -82,7 +95,7 @@ def test_records_from_before_checkpoint_decode(name: str, type_: type[Any]) -> N
     if type_ is ProjectorStatus:
         assert (old.checkpoint, old.catalog_seq, old.start) == (0, 0, "")
         assert msgspec.structs.replace(new, checkpoint=0, catalog_seq=0, catalog_digest="",
-                                       start="") == old
+                                       start="", next_due_ts=None) == old
         return
     assert old.as_of.ts is None
     assert new.as_of.ts is not None
