@@ -126,14 +126,18 @@ class _Cut:
     deadletters: int = 0
     catalog_seq: int = 0
     catalog_digest: str = ""
+    next_due: float | None = 0.0
+    """No pending deadline of the state comes before this (None: none pending; the
+    default 0.0 claims nothing): the status's `next_due_ts`."""
 
-    def at(self, state: ProjectionState, applied: int, deadletters: int) -> _Cut:
+    def at(self, state: ProjectionState, applied: int, deadletters: int,
+           next_due: float | None) -> _Cut:
         """The cut of `state` now (the catalog's digest computed once per catalog)."""
         digest = self.catalog_digest
         if state.catalog_seq != self.catalog_seq or not digest:
             digest = catalog_digest(encode(state.catalog)) if state.catalog is not None else ""
         return _Cut(applied=applied, deadletters=deadletters, catalog_seq=state.catalog_seq,
-                    catalog_digest=digest)
+                    catalog_digest=digest, next_due=next_due)
 
 
 @dataclass
@@ -220,6 +224,8 @@ class Projector:
         filters only deliver its own subjects; the initial load reads every subject)."""
         self._resync = False
         """Set when a stream went backwards: rebuild before the next flush."""
+        self._resync_why = ""
+        """Why `_resync` was set (the rebuild's start note)."""
         self._check: asyncio.Task[None] | None = None
         self._status_due = False
         """Write the status now: another partition's status moved past this one's."""
@@ -339,6 +345,7 @@ class Projector:
             log.warning("projector: a record written after the status does not restore "
                         "(%s); rebuilding from %s", exc.message, EVENTS_STREAM)
             self._deferred = None
+            self._resync_why = f"a record written after the status does not restore: {exc.message}"
             self._resync = True
             self._wake.set()
             return
@@ -361,6 +368,7 @@ class Projector:
             log.warning("projector: a CRR_SNAPSHOT record does not restore (%s); rebuilding "
                         "from %s", exc, EVENTS_STREAM)
             self._lazy = None
+            self._resync_why = f"a {SNAPSHOT_STREAM} record does not restore: {exc}"
             self._resync = True
             self._wake.set()
             return
@@ -399,7 +407,7 @@ class Projector:
         seq, through = self._pos.applied, self._pos.handled
         dirty, self._dirty = self._dirty, _Dirty()
         state = self.state
-        cut = self._cut.at(state, self.applied, self.deadletter_count)
+        cut = self._cut.at(state, self.applied, self.deadletter_count, self._next_deadline())
         owns_shared = self.partition in (None, 0)
 
         def records() -> Iterator[tuple[str, bytes]]:
@@ -497,6 +505,7 @@ class Projector:
             catalog_seq=self._cut.catalog_seq,
             catalog_digest=self._cut.catalog_digest,
             start=self.start_note,
+            next_due_ts=self._cut.next_due,
         )
         subject = status_subject(self.partition)
         data = encode(status)
@@ -579,7 +588,8 @@ class Projector:
         """`_follow_events` with the cyclic GC paused."""
         raw = await self._load_written()
         why = ("restoring is switched off" if not self._restore else
-               "CRR_SNAPSHOT was found behind CRR_EVENTS or lost messages")
+               self._resync_why or "CRR_SNAPSHOT was found behind CRR_EVENTS or lost messages")
+        self._resync_why = ""
         if restore:
             info = (await self._js.stream_info(EVENTS_STREAM)).state
             try:
@@ -626,7 +636,8 @@ class Projector:
         self._start_seq = st.start_seq
         self.applied, self.deadletter_count = st.applied, st.deadletters
         self._cut = _Cut(applied=st.applied, deadletters=st.deadletters,
-                         catalog_seq=st.catalog_seq, catalog_digest=st.catalog_digest)
+                         catalog_seq=st.catalog_seq, catalog_digest=st.catalog_digest,
+                         next_due=self._next_deadline())
         await self._pos.restart_at(seq, covered=st.covered_seq, stream_last=st.stream_last_seq)
         self.restored = True
         self.start_note = (f"restored from {SNAPSHOT_STREAM} at seq {seq} ({restored.records} "

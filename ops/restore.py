@@ -11,12 +11,19 @@ CRR_EVENTS (the events stream went backwards) or its position aged out of it.
 
 The restored state is the fold at the status's `last_seq`; the caller folds
 CRR_EVENTS from the next sequence, placing the records written after the
-status (`projections.checkpoint.Deferred`) as the fold passes them.
+status (`projections.checkpoint.Deferred`) as the fold passes them.  The
+records written before the status wait in `projections.checkpoint.Lazy`
+until first needed; with a status of checkpoint format 2 they are not even
+read at start (the status's `next_due_ts` bounds their first deadlines), so
+a restart costs little more than reading CRR_SNAPSHOT.  Such a record is
+fully checked when it is placed; one that does not restore then makes the
+projector rebuild from CRR_EVENTS (logged, and said in its status).
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 
 import msgspec
@@ -31,6 +38,7 @@ from bus.subjects import (
     SNAPSHOT_CATALOG,
     SNAPSHOT_CLUSTER,
     SNAPSHOT_HOST_PREFIX,
+    untoken,
 )
 from ops.checkpoint_read import RawRecords
 from ops.replay import status_subject
@@ -48,10 +56,25 @@ from projections.state import ProjectionState
 from schemas.catalog import Catalog
 from schemas.catalog_loader import catalog_from_wire
 from schemas.codec import DECODERS
-from schemas.errors import CatalogError
+from schemas.errors import CatalogError, SubjectError
 from schemas.snapshot import CHECKPOINT_FORMAT, ProjectorStatus
 
 _status: msgspec.json.Decoder[ProjectorStatus] = DECODERS[ProjectorStatus]
+
+_RECORD_START = b'{"as_of":{"seq":'
+"""How every host record starts (sorted keys: `as_of` first, `seq` first in it)."""
+
+
+def _as_of_seq(subject: str, data: bytes) -> int:
+    """A record's `as_of.seq`, read off its first bytes (the rest is read when placed)."""
+    end = data.find(b",", len(_RECORD_START), 40)
+    if not data.startswith(_RECORD_START) or end < 0 or not data.endswith(b"}"):
+        raise NotRestorable(f"record {subject} does not decode: not a snapshot record")
+    try:
+        return int(data[len(_RECORD_START):end])
+    except ValueError:
+        raise NotRestorable(f"record {subject} does not decode: not a snapshot "
+                            "record") from None
 
 
 @dataclass
@@ -126,7 +149,7 @@ async def restore_from(js: JetStreamContext, raw: RawRecords, *, partition: int 
     if status.partitions != partitions:
         raise NotRestorable(f"the snapshot was written by {status.partitions or 1} projector "
                             f"partition(s), this projector is one of {partitions or 1}")
-    if status.checkpoint != CHECKPOINT_FORMAT:
+    if status.checkpoint not in (1, CHECKPOINT_FORMAT):
         raise NotRestorable(f"the snapshot's checkpoint format is {status.checkpoint} (an "
                             f"older projector), not {CHECKPOINT_FORMAT}")
     if status.catalog_seq == 0:
@@ -140,14 +163,21 @@ async def restore_from(js: JetStreamContext, raw: RawRecords, *, partition: int 
                             f"({EVENTS_STREAM} starts at {events_first})")
     catalog = await _catalog(js, raw, status)
     cluster = raw.get(SNAPSHOT_CLUSTER) if mine(SNAPSHOT_CLUSTER, partition, partitions) else None
-    lazy = Lazy()
+    lazy = Lazy(upto=seq)
     later: list[Restorable] = []
     subj = SNAPSHOT_CLUSTER
+    # Format 2: the status bounds every record's first deadline, so a record the status
+    # covers is not read now (`Lazy`); one past it (a flush cut short) is read in full.
+    bound = (None if status.checkpoint < 2 else
+             math.inf if status.next_due_ts is None else status.next_due_ts)
     try:
         state = restore(catalog, status.catalog_seq, seq,
                         [decode_record(cluster[1])] if cluster and cluster[1] else [])
         for subj, (_, data) in raw.items():
             if not data or subj == SNAPSHOT_CLUSTER or not mine(subj, partition, partitions):
+                continue
+            if bound is not None and _as_of_seq(subj, data) <= seq:
+                lazy.add(untoken(subj[len(SNAPSHOT_HOST_PREFIX):]), data, bound, exact=False)
                 continue
             host, as_of, due = earliest_due(state, data)
             if host is None:
@@ -160,7 +190,7 @@ async def restore_from(js: JetStreamContext, raw: RawRecords, *, partition: int 
                 lazy.add(host, data, due)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise NotRestorable(f"record {subj} does not decode: {exc}") from None
-    except CheckpointError as exc:
+    except (CheckpointError, SubjectError) as exc:
         raise NotRestorable(f"record {subj} cannot be restored from: {exc.message}") from None
     return Restored(state=state, status=status, deferred=Deferred(later), lazy=lazy,
                     records=len(lazy) + len(later) + (1 if cluster else 0))

@@ -294,15 +294,27 @@ class Lazy:
     applied (`before`), before a catalog event (every record then), and no
     later than its first pending deadline (`due`).  Until then the record in
     CRR_SNAPSHOT is what it would be anyway.
+
+    A record added with a bound (`exact=False`: the status's `next_due_ts`,
+    no later than any record's first deadline) is not read at all until that
+    bound comes: then its own first deadline is read (`earliest_due`) and it
+    waits on for that, or is placed.  `upto`: the sequence the restore starts
+    from; a record placed from here must not reflect a later event (nor name
+    another host), or CheckpointError.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, upto: int | None = None) -> None:
         self._raw: dict[str, bytes] = {}
         self._heap: list[tuple[float, str]] = []
+        self._bounded: set[str] = set()
+        self._upto = upto
 
-    def add(self, host: str, data: bytes, due: float) -> None:
-        """A host record to place later (`due`: see `earliest_due`)."""
+    def add(self, host: str, data: bytes, due: float, *, exact: bool = True) -> None:
+        """A host record to place later (`due`: see `earliest_due`, or a bound on it when
+        not `exact`)."""
         self._raw[host] = data
+        if not exact:
+            self._bounded.add(host)
         heapq.heappush(self._heap, (due, host))
 
     def __len__(self) -> int:
@@ -327,7 +339,14 @@ class Lazy:
         data = self._raw.pop(host, None)
         if data is None:
             return False
-        place(state, host, decode_record(data))
+        self._bounded.discard(host)
+        snap = decode_record(data)
+        if snap.host != host:
+            raise CheckpointError(f"the record of {host!r} names host {snap.host!r}")
+        if self._upto is not None and snap.as_of.seq > self._upto:
+            raise CheckpointError(f"the record of {host!r} reflects seq {snap.as_of.seq}, "
+                                  f"past the status's {self._upto}")
+        place(state, host, snap)
         return True
 
     def due(self, state: ProjectionState, now: float) -> None:
@@ -335,8 +354,18 @@ class Lazy:
         if self.next_due is None:
             return
         heap = self._heap
+        bounded = self._bounded
         while heap and heap[0][0] <= now:
             _, host = heapq.heappop(heap)
+            if host in bounded:
+                bounded.discard(host)
+                data = self._raw.get(host)
+                if data is None:
+                    continue
+                _, _, first = earliest_due(state, data)
+                if first > now:
+                    heapq.heappush(heap, (first, host))
+                    continue
             self.take(state, host)
 
     def before(self, state: ProjectionState, subject: str, received_at: float) -> None:
@@ -361,3 +390,4 @@ class Lazy:
         for host in list(self._raw):
             self.take(state, host)
         self._heap.clear()
+        self._bounded.clear()
