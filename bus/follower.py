@@ -34,13 +34,12 @@ import logging
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-import nats.errors
 from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
 from bus.connection import add_reconnect_listener
 from bus.ordered import OrderedReader, StoredMessage
-from bus.stream_check import still_holds
+from bus.stream_check import Generations, lost
 from schemas.errors import CrrError, CrrTimeoutError
 
 log = logging.getLogger("crr.bus.follower")
@@ -82,7 +81,7 @@ class Follower(Generic[L]):
         self._idle_heartbeat = idle_heartbeat
         self._name = name
         self._reader: OrderedReader | None = None
-        self._generation = 0
+        self._generations = Generations()
         self._state: L | None = None
         """The state of the (re)load in progress."""
         self._loading = False
@@ -140,7 +139,7 @@ class Follower(Generic[L]):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._check
             self._check = None
-        self._generation += 1
+        self._generations.retire()
         if self._reader is not None:
             await self._reader.stop()
             self._reader = None
@@ -149,7 +148,7 @@ class Follower(Generic[L]):
         """Load the stream again on a new consumer; the current state serves until the swap."""
         self.reloads += 1
         old = self._reader
-        self._generation += 1  # the old consumer's records are ignored from here on
+        self._generations.retire()  # the old consumer's records are ignored from here on
         self._reader = None
         if old is not None:
             await old.stop()
@@ -162,37 +161,24 @@ class Follower(Generic[L]):
         check could not be made: logged, the consumer carries on).
         """
         last = self.last
-        if last is None:
+        seen = None if last is None else (last.seq, last.subject, last.data)
+        if not await lost(self._nc, {self._stream: seen}, who=self._name, log=log):
             return True
-        try:
-            held = await still_holds(self._nc, self._stream, last.seq, last.subject, last.data)
-        except (nats.errors.Error, TimeoutError) as exc:
-            log.warning("%s: cannot check %s after a reconnect: %r", self._name, self._stream, exc)
-            return True
-        if held:
-            return True
-        log.warning("%s: %s went backwards (seq %d it handled is no longer stored): the "
-                    "server lost acknowledged records; reloading", self._name, self._stream,
-                    last.seq)
+        log.warning("%s: reloading %s", self._name, self._stream)
         await self.reload()
         return False
 
     async def _subscribe(self) -> None:
-        self._generation += 1
-        generation = self._generation
+        handler = self._generations.guard(self._handle)
+        generation = self._generations.current
         state = self._state = self._new_load()
         self._loading = True
-
-        def handler(m: StoredMessage) -> None:
-            if generation == self._generation:
-                self._handle(m)
-
         reader = self._reader = OrderedReader(
             self._nc, stream=self._stream, subject=self._subject, handler=handler,
             deliver=DeliverPolicy.LAST_PER_SUBJECT, idle_heartbeat=self._idle_heartbeat,
         )
         await reader.start()
-        if reader.ready.is_set() and self._loading and generation == self._generation:
+        if reader.ready.is_set() and self._loading and generation == self._generations.current:
             self._finish(state)  # the stream was empty
 
     def _handle(self, m: StoredMessage) -> None:

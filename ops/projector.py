@@ -66,7 +66,7 @@ from nats.aio.subscription import Subscription
 from bus import tracing
 from bus.connection import add_reconnect_listener
 from bus.ordered import OrderedReader, StoredMessage
-from bus.stream_check import still_holds
+from bus.stream_check import Generations, Seen, lost
 from bus.streams import StreamSettings, owns, provision, stored_partitions
 from bus.subjects import (
     CATALOG,
@@ -215,10 +215,10 @@ class Projector:
         self._start_seq = 0
         self._last_event: StoredMessage | None = None
         """The last event folded (what CRR_EVENTS must still hold at its seq)."""
-        self._last_status: tuple[int, str, bytes] | None = None
+        self._last_status: Seen | None = None
         """(seq, subject, data) of the last status written (what CRR_SNAPSHOT must hold)."""
-        self._generation = 0
-        """Bumped for each CRR_EVENTS consumer: events of a replaced one are ignored."""
+        self._generations = Generations()
+        """One per CRR_EVENTS consumer: events of a replaced one are ignored."""
         self._owns = None if partition is None else owns(partition, self.partitions or 1)
         """Partitioned: whether an event is this partition's to fold (the live consumer's
         filters only deliver its own subjects; the initial load reads every subject)."""
@@ -654,34 +654,23 @@ class Projector:
 
     def _handler(self) -> Callable[[StoredMessage], Awaitable[None] | None]:
         """`_on_event` for a new consumer; a replaced consumer's stray deliveries are dropped."""
-        self._generation += 1
-        generation = self._generation
-
-        def handler(m: StoredMessage) -> Awaitable[None] | None:
-            return self._on_event(m) if generation == self._generation else None
-
-        return handler
+        return self._generations.guard(self._on_event)
 
     def _on_reconnect(self) -> None:
         if self._check is None or self._check.done():
             self._check = asyncio.get_running_loop().create_task(self._check_streams())
 
     async def _check_streams(self) -> None:
-        """After a reconnect: does each stream still hold what this projector last saw?"""
-        event, status = self._last_event, self._last_status
-        lost: list[str] = []
-        try:
-            if event is not None and not await still_holds(
-                    self._nc, EVENTS_STREAM, event.seq, event.subject, event.data):
-                lost.append(f"{EVENTS_STREAM} seq {event.seq}")
-            if status is not None and not await still_holds(self._nc, SNAPSHOT_STREAM, *status):
-                lost.append(f"{SNAPSHOT_STREAM} seq {status[0]}")
-        except (nats.errors.Error, TimeoutError) as exc:
-            log.warning("projector: cannot check the streams after a reconnect: %r", exc)
-            return
-        if lost:
-            log.warning("projector: the server lost acknowledged messages (%s no longer "
-                        "stored); rebuilding from %s", ", ".join(lost), EVENTS_STREAM)
+        """After a reconnect: does each stream still hold what this projector last saw?
+        (The check `bus.follower.Follower` runs too; the rebuild itself is the run loop's,
+        between flushes.)"""
+        event = self._last_event
+        gone = await lost(self._nc, {
+            EVENTS_STREAM: None if event is None else (event.seq, event.subject, event.data),
+            SNAPSHOT_STREAM: self._last_status}, who="projector", log=log)
+        if gone:
+            self._resync_why = (f"the server lost acknowledged messages ({', '.join(gone)} "
+                                "no longer stored)")
             self._resync = True
             self._wake.set()
 

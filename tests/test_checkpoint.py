@@ -5,6 +5,7 @@ Pure core (no server): `projections.checkpoint` against `projections.fold`.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import msgspec
@@ -24,7 +25,7 @@ from projections.checkpoint import (
     restore,
 )
 from projections.envelope import Envelope
-from projections.fold import apply, expire, fold
+from projections.fold import apply, expire, fold, next_deadline
 from projections.state import ProjectionState, cluster_snapshot, host_snapshot
 from schemas.catalog_loader import catalog_from_wire
 from schemas.codec import encode
@@ -43,11 +44,14 @@ def jittered(evs: list[Envelope]) -> list[Envelope]:
 
 
 def restarted(state: ProjectionState, now: float,
-              lazy: Lazy | None = None) -> ProjectionState:
+              lazy: Lazy | None = None, *, bounded: bool = False) -> ProjectionState:
     """What a restarted projector holds: the state restored from its own encoded records,
     as the previous one left them after its last flush (expired at `now`).  With `lazy`,
-    the host records go there, to be placed when needed (as the projector does)."""
+    the host records go there, to be placed when needed (as the projector does).
+    `bounded`: as from a status of checkpoint format 2, the records are not read: each
+    waits until the state's next deadline at the cut (the status's `next_due_ts`)."""
     expire(state, now)
+    bound = next_deadline(state)
     if state.catalog is None:
         return state  # no checkpoint without a catalog: the projector rebuilds from events
     hosts = {h: encode(host_snapshot(state, h)) for h in state.hosts}
@@ -57,6 +61,10 @@ def restarted(state: ProjectionState, now: float,
         return restore(catalog, state.catalog_seq, state.seq,
                        [*map(decode_record, hosts.values()), cluster])
     again = restore(catalog, state.catalog_seq, state.seq, [cluster])
+    if bounded:
+        for name, data in hosts.items():
+            lazy.add(name, data, math.inf if bound is None else bound, exact=False)
+        return again
     for data in hosts.values():
         host, _, due = earliest_due(again, data)
         assert host is not None
@@ -105,6 +113,69 @@ def test_lazy_restarts_anywhere_give_the_same_bytes(evs: list[Envelope], data: A
     expire(state, now)
     lazy.everything(state)
     assert snapshot_bytes(state) == snapshot_bytes(reference)
+
+
+@settings(max_examples=80, deadline=None)
+@given(evs=events(), data=st.data())
+def test_bounded_lazy_restarts_anywhere_give_the_same_bytes(evs: list[Envelope],
+                                                          data: Any) -> None:
+    """The same with the records not read at restart at all, only bounded by the state's
+    next deadline (what the status's `next_due_ts` says): still the bytes of a fold
+    without restarts."""
+    evs = jittered(evs)
+    now = evs[-1].received_at + data.draw(st.floats(0, 100))
+    reference = fold(evs, now=now)
+    restarts = set(data.draw(st.lists(st.integers(1, len(evs)), max_size=4)))
+    state = ProjectionState()
+    lazy = Lazy()
+    for i, env in enumerate(evs):
+        if i in restarts:
+            lazy.everything(state)
+            lazy = Lazy(upto=state.seq)
+            state = restarted(state, evs[i - 1].received_at, lazy, bounded=True)
+        lazy.before(state, env.subject, env.received_at)
+        apply(state, env)
+    lazy.due(state, now)
+    expire(state, now)
+    lazy.everything(state)
+    assert snapshot_bytes(state) == snapshot_bytes(reference)
+
+
+def test_a_bounded_record_is_read_only_when_its_bound_comes() -> None:
+    """A record added with a bound waits untouched until it; then its own first deadline
+    is read and it waits on for that (or is placed if due)."""
+    t = T0 + JITTER
+    state = fold([catalog_env(1, t),
+                  report_env(2, t + 1, "scratch", "n1", {"scratch_free": 5})])
+    data = encode(host_snapshot(state, "n1"))
+    _, _, first = earliest_due(state, data)
+    lazy = Lazy(upto=state.seq)
+    again = restarted(state, t + 2)  # the catalog and cluster only: hosts go to `lazy`
+    again.hosts.clear()
+    lazy.add("n1", data, t + 3, exact=False)
+    lazy.due(again, t + 2.5)
+    assert "n1" not in again.hosts
+    assert lazy.next_due == t + 3
+    lazy.due(again, t + 3)  # the bound: read, not due yet
+    assert "n1" not in again.hosts
+    assert lazy.next_due == first
+    lazy.due(again, first)
+    assert "n1" in again.hosts
+    assert len(lazy) == 0
+
+
+@pytest.mark.parametrize(("host", "upto", "says"), [("n2", 2, "names host 'n1'"),
+                                                     ("n1", 1, "reflects seq 2")])
+def test_a_lazy_record_of_another_host_or_past_the_status_is_refused(
+        host: str, upto: int, says: str) -> None:
+    """Placing checks what was not read at start: the record's host and `as_of`."""
+    t = T0 + JITTER
+    state = fold([catalog_env(1, t),
+                  report_env(2, t + 1, "scratch", "n1", {"scratch_free": 5})])
+    lazy = Lazy(upto=upto)
+    lazy.add(host, encode(host_snapshot(state, "n1")), t, exact=False)
+    with pytest.raises(CheckpointError, match=says):
+        lazy.everything(ProjectionState())
 
 
 def test_partial_reports_survive_a_restart() -> None:
