@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from nats.aio.client import Client
 
@@ -293,3 +294,53 @@ async def test_sigkill_under_load_loses_nothing_and_applies_nothing_twice(
     assert rec.reporters["scratch"].rejected_total == len(range(0, rounds, 3))
     code, out, err = await cli(["replay", "--server", nats_url, "--verify"], capsys)
     assert code == 0, out + err
+
+
+async def test_a_status_of_checkpoint_format_1_still_restores(nc: Client) -> None:
+    """A status from before `next_due_ts` (format 1): the records are read for their first
+    deadlines at start, as that projector's successor did; it restores, rewrites nothing."""
+    async with running_partitions(nc, 1) as running:
+        await partial_reports(nc)
+        await everything_written(nc, running)
+        before = records_of(await read_snapshot_bytes(nc))
+    entry = await nc.jetstream().get_last_msg(SNAPSHOT_STREAM, SNAPSHOT_PROJECTOR)
+    assert entry.data is not None
+    status = decode(entry.data, ProjectorStatus)
+    assert status.checkpoint == 2
+    await nc.jetstream().publish(SNAPSHOT_PROJECTOR, encode(msgspec.structs.replace(
+        status, checkpoint=1, next_due_ts=None)))
+    note, restored = await start_note(nc)
+    assert restored, note
+    assert note.startswith("restored from CRR_SNAPSHOT"), note
+    assert records_of(await read_snapshot_bytes(nc)) == before
+
+
+async def test_a_record_not_read_at_start_that_does_not_restore_rebuilds(
+        nc: Client, caplog: pytest.LogCaptureFixture) -> None:
+    """A record the status covers is not read at start; if it turns out not to restore
+    when first needed, the projector rebuilds from CRR_EVENTS (logged, in its status)
+    and writes the record again."""
+    caplog.set_level(logging.WARNING, logger="crr.projector")
+    async with running_partitions(nc, 1) as running:
+        await partial_reports(nc)
+        await everything_written(nc, running)
+    # Looks like a record the status covers (as_of.seq 1), but is not one.
+    await nc.jetstream().publish(host_snapshot_subject("node1"),
+                                 b'{"as_of":{"seq":1,"broken"}')
+    async with running_partitions(nc, 1) as again:
+        p = again[0]
+        assert p.restored, p.start_note
+        await publish_report(nc, "scratch", "node1", {"scratch_free": 3.0}, seq=4)
+
+        async def rebuilt() -> bool | None:
+            entry = (await read_snapshot_bytes(nc)).get(SNAPSHOT_PROJECTOR)
+            start = decode(entry[1], ProjectorStatus).start if entry else ""
+            return True if "does not restore" in start else None
+
+        await eventually(rebuilt, 20, "a status saying the projector rebuilt")
+        await everything_written(nc, again)
+        assert p.rebuilds == 1
+    raw = await read_snapshot_bytes(nc)
+    node1 = decode(raw[host_snapshot_subject("node1")][1], HostSnapshot)
+    assert node1.values["scratch_free"].value == 3.0
+    assert any("does not restore" in r.message for r in caplog.records)
