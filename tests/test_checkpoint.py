@@ -92,11 +92,15 @@ def test_restarts_anywhere_give_the_same_bytes(evs: list[Envelope], data: Any) -
     assert snapshot_bytes(state) == snapshot_bytes(reference)
 
 
+@pytest.mark.parametrize("bounded", [False, True])
 @settings(max_examples=80, deadline=None)
 @given(evs=events(), data=st.data())
-def test_lazy_restarts_anywhere_give_the_same_bytes(evs: list[Envelope], data: Any) -> None:
+def test_lazy_restarts_anywhere_give_the_same_bytes(evs: list[Envelope], data: Any,
+                                                    bounded: bool) -> None:
     """The same with host records placed only when needed (before an event of the host or
-    a catalog, by their first deadline): the bytes are those of a fold without restarts."""
+    a catalog, by their first deadline): the bytes are those of a fold without restarts.
+    `bounded`: the records are not read at restart at all, only bounded by the state's
+    next deadline (what the status's `next_due_ts` says)."""
     evs = jittered(evs)
     now = evs[-1].received_at + data.draw(st.floats(0, 100))
     reference = fold(evs, now=now)
@@ -106,33 +110,9 @@ def test_lazy_restarts_anywhere_give_the_same_bytes(evs: list[Envelope], data: A
     for i, env in enumerate(evs):
         if i in restarts:
             lazy.everything(state)  # what the previous life had not placed yet is in it
-            state = restarted(state, evs[i - 1].received_at, lazy)
-        lazy.before(state, env.subject, env.received_at)
-        apply(state, env)
-    lazy.due(state, now)
-    expire(state, now)
-    lazy.everything(state)
-    assert snapshot_bytes(state) == snapshot_bytes(reference)
-
-
-@settings(max_examples=80, deadline=None)
-@given(evs=events(), data=st.data())
-def test_bounded_lazy_restarts_anywhere_give_the_same_bytes(evs: list[Envelope],
-                                                          data: Any) -> None:
-    """The same with the records not read at restart at all, only bounded by the state's
-    next deadline (what the status's `next_due_ts` says): still the bytes of a fold
-    without restarts."""
-    evs = jittered(evs)
-    now = evs[-1].received_at + data.draw(st.floats(0, 100))
-    reference = fold(evs, now=now)
-    restarts = set(data.draw(st.lists(st.integers(1, len(evs)), max_size=4)))
-    state = ProjectionState()
-    lazy = Lazy()
-    for i, env in enumerate(evs):
-        if i in restarts:
-            lazy.everything(state)
-            lazy = Lazy(upto=state.seq)
-            state = restarted(state, evs[i - 1].received_at, lazy, bounded=True)
+            if bounded:
+                lazy = Lazy(upto=state.seq)
+            state = restarted(state, evs[i - 1].received_at, lazy, bounded=bounded)
         lazy.before(state, env.subject, env.received_at)
         apply(state, env)
     lazy.due(state, now)
