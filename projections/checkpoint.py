@@ -298,7 +298,10 @@ class Lazy:
     A record added with a bound (`exact=False`: the status's `next_due_ts`,
     no later than any record's first deadline) is not read at all until that
     bound comes: then its own first deadline is read (`earliest_due`) and it
-    waits on for that, or is placed.  `upto`: the sequence the restore starts
+    waits on for that, or is placed.  `refine` reads those first deadlines a
+    few at a time beforehand (the projector does, after it is ready), so that
+    the bound does not come with all of them to read at once.  `upto`: the
+    sequence the restore starts
     from; a record placed from here must not reflect a later event (nor name
     another host), or CheckpointError.
     """
@@ -307,6 +310,10 @@ class Lazy:
         self._raw: dict[str, bytes] = {}
         self._heap: list[tuple[float, str]] = []
         self._bounded: set[str] = set()
+        self._unrefined: list[str] = []
+        """Bounded hosts `refine` has not read yet (some may be placed by now)."""
+        self._when: dict[str, float] = {}
+        """Each waiting host's entry in the heap (others are left-overs, skipped)."""
         self._upto = upto
 
     def add(self, host: str, data: bytes, due: float, *, exact: bool = True) -> None:
@@ -315,6 +322,8 @@ class Lazy:
         self._raw[host] = data
         if not exact:
             self._bounded.add(host)
+            self._unrefined.append(host)
+        self._when[host] = due
         heapq.heappush(self._heap, (due, host))
 
     def __len__(self) -> int:
@@ -326,12 +335,32 @@ class Lazy:
         heap = self._heap
         if not self._raw:
             return None
+        when = self._when
         if len(heap) > 2 * len(self._raw) + 64:  # many were placed early: compact
-            self._heap = heap = [(d, h) for d, h in heap if h in self._raw]
+            self._heap = heap = [(d, h) for d, h in heap if when.get(h) == d]
             heapq.heapify(heap)
-        while heap and heap[0][1] not in self._raw:
+        while heap and when.get(heap[0][1]) != heap[0][0]:
             heapq.heappop(heap)
         return heap[0][0] if heap else None
+
+    @property
+    def unrefined(self) -> int:
+        """Bounded records whose own first deadline is not read yet (an upper bound)."""
+        return len(self._unrefined)
+
+    def refine(self, state: ProjectionState, limit: int) -> None:
+        """Read the first deadline of up to `limit` bounded records (see the class doc).
+        CheckpointError (or a msgspec error) for a record that is not one."""
+        todo = self._unrefined
+        while todo and limit > 0:
+            host = todo.pop()
+            if host not in self._bounded:
+                continue
+            limit -= 1
+            self._bounded.discard(host)
+            _, _, first = earliest_due(state, self._raw[host])
+            self._when[host] = first
+            heapq.heappush(self._heap, (first, host))
 
     def take(self, state: ProjectionState, host: str) -> bool:
         """Place `host`'s record now if it is still waiting; whether it was.
@@ -340,6 +369,7 @@ class Lazy:
         if data is None:
             return False
         self._bounded.discard(host)
+        del self._when[host]
         snap = decode_record(data)
         if snap.host != host:
             raise CheckpointError(f"the record of {host!r} names host {snap.host!r}")
@@ -355,15 +385,16 @@ class Lazy:
             return
         heap = self._heap
         bounded = self._bounded
+        when = self._when
         while heap and heap[0][0] <= now:
-            _, host = heapq.heappop(heap)
+            d, host = heapq.heappop(heap)
+            if when.get(host) != d:
+                continue  # placed already, or its entry was replaced
             if host in bounded:
                 bounded.discard(host)
-                data = self._raw.get(host)
-                if data is None:
-                    continue
-                _, _, first = earliest_due(state, data)
+                _, _, first = earliest_due(state, self._raw[host])
                 if first > now:
+                    when[host] = first
                     heapq.heappush(heap, (first, host))
                     continue
             self.take(state, host)
@@ -391,3 +422,4 @@ class Lazy:
             self.take(state, host)
         self._heap.clear()
         self._bounded.clear()
+        self._unrefined.clear()
