@@ -380,11 +380,20 @@ class Projector:
             self._lazy = None
 
     async def _refine_lazy(self) -> None:
-        """Read the first deadlines of the restored records not read at start, a chunk at a
-        time between events (`Lazy.refine`): the status's bound then does not bring them
-        all at once, and a record that does not restore is found now."""
-        while self._lazy is not None and self._lazy.unrefined:
-            self._place_lazy(functools.partial(self._lazy.refine, self.state, REFINE_CHUNK))
+        """After the first start, a chunk at a time between events: read the first deadlines
+        of the restored records not read at start (`Lazy.refine`: the status's bound then
+        does not bring them all at once, and a record that does not restore is found now),
+        and digest the records read at start (then only their digests are kept)."""
+        written = self._writer.written
+        while True:
+            lazy = self._lazy
+            refine = lazy is not None and lazy.unrefined > 0
+            if not refine and not written.unhashed:
+                return
+            if refine:
+                assert lazy is not None
+                self._place_lazy(functools.partial(lazy.refine, self.state, REFINE_CHUNK))
+            written.digest_some(REFINE_CHUNK)
             await asyncio.sleep(0)
 
     def _expire(self, now: float) -> None:
@@ -410,9 +419,12 @@ class Projector:
 
     async def _load_written(self) -> RawRecords:
         """Read what CRR_SNAPSHOT holds now, so unchanged records are not rewritten; the
-        records read (the checkpoint)."""
+        records read (the checkpoint).  At the first start they are digested after ready
+        (`_refine_lazy`), not now."""
         raw = await load_checkpoint(self._nc)
         self._writer.load(raw)
+        if self.ready.is_set() or self._lease is not None:
+            self._writer.written.digest_some(len(raw))
         return raw
 
     async def _flush(self) -> None:

@@ -48,6 +48,8 @@ class WrittenRecords:
 
     def __init__(self, *, keep_bytes: bool = False) -> None:
         self._digests: dict[str, int] = {}
+        self._unhashed: dict[str, bytes] = {}
+        """Records as read at start, not digested yet (`digest_some`); compared whole."""
         self._bytes: dict[str, bytes] | None = {} if keep_bytes else None
 
     @staticmethod
@@ -58,23 +60,30 @@ class WrittenRecords:
     def same(self, subject: str, data: bytes, digest: int | None = None) -> bool:
         """Whether `data` (whose `digest` may be given) is what `subject` already holds."""
         d = self._digests.get(subject)
-        return d is not None and d == (self.digest(data) if digest is None else digest)
+        if d is None:
+            held = self._unhashed.get(subject)
+            return held is not None and held == data
+        return d == (self.digest(data) if digest is None else digest)
 
     def set(self, subject: str, data: bytes, digest: int | None = None) -> None:
         """Record that `subject` now holds `data` (whose `digest` may be given)."""
         self._digests[subject] = self.digest(data) if digest is None else digest
+        if self._unhashed:
+            self._unhashed.pop(subject, None)
         if self._bytes is not None:
             self._bytes[subject] = data
 
     def pop(self, subject: str) -> None:
         """Forget `subject` (its next write always goes out)."""
         self._digests.pop(subject, None)
+        self._unhashed.pop(subject, None)
         if self._bytes is not None:
             self._bytes.pop(subject, None)
 
     def clear(self) -> None:
         """Forget everything (after losing and retaking the lease)."""
         self._digests.clear()
+        self._unhashed.clear()
         if self._bytes is not None:
             self._bytes.clear()
 
@@ -87,8 +96,29 @@ class WrittenRecords:
         """(subject, bytes) pairs, when bytes are kept; else empty."""
         return list(self._bytes.items()) if self._bytes is not None else []
 
+    def load(self, records: Iterable[tuple[str, bytes]]) -> None:
+        """What CRR_SNAPSHOT holds, as read: kept whole until `digest_some` (a restart
+        is not held up digesting every record)."""
+        for subject, data in records:
+            self._digests.pop(subject, None)
+            self._unhashed[subject] = data
+            if self._bytes is not None:
+                self._bytes[subject] = data
+
+    @property
+    def unhashed(self) -> int:
+        """Records loaded and not digested yet."""
+        return len(self._unhashed)
+
+    def digest_some(self, limit: int) -> None:
+        """Digest up to `limit` loaded records (then only their digests are kept)."""
+        held = self._unhashed
+        for _ in range(min(limit, len(held))):
+            subject, data = held.popitem()
+            self._digests[subject] = self.digest(data)
+
     def __len__(self) -> int:
-        return len(self._digests)
+        return len(self._digests) + len(self._unhashed)
 
 
 class SnapshotWriter:
@@ -108,8 +138,7 @@ class SnapshotWriter:
 
     def load(self, raw: RawRecords) -> None:
         """What CRR_SNAPSHOT holds now (as read), so unchanged records are not rewritten."""
-        for subject, (_, data) in raw.items():
-            self.written.set(subject, data)
+        self.written.load((subject, data) for subject, (_, data) in raw.items())
 
     def fenced(self) -> contextlib.AbstractAsyncContextManager[dict[str, str] | None]:
         """Fenced-write headers while holding the lease (HA), else no headers."""

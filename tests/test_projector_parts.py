@@ -10,7 +10,7 @@ from nats.aio.client import Client
 from bus.subjects import DEADLETTER, EVENTS_STREAM, SNAPSHOT_STREAM, host_snapshot_subject
 from ops.checkpoint_read import load_checkpoint
 from ops.position import Position
-from ops.snapshot_writer import SnapshotWriter
+from ops.snapshot_writer import SnapshotWriter, WrittenRecords
 from schemas.errors import CrrTimeoutError
 from schemas.events import DeadLetter
 
@@ -72,3 +72,26 @@ async def test_writer_skips_what_the_stream_holds(nc: Client) -> None:
     msg = await nc.jetstream().get_last_msg(EVENTS_STREAM, DEADLETTER)
     assert msg.seq == (await nc.jetstream().stream_info(EVENTS_STREAM)).state.last_seq
     assert (await nc.jetstream().stream_info(EVENTS_STREAM)).state.messages == 1
+
+
+@pytest.mark.parametrize("keep_bytes", [False, True])
+def test_written_records_loaded_are_compared_whole_until_digested(keep_bytes: bool) -> None:
+    """Records read at start are kept whole (no digest on the restart's path) and still
+    tell unchanged from changed; `digest_some` then keeps only digests."""
+    written = WrittenRecords(keep_bytes=keep_bytes)
+    written.load([("a", b"one"), ("b", b"two"), ("c", b"three")])
+    assert (len(written), written.unhashed) == (3, 3)
+    assert written.same("a", b"one")
+    assert not written.same("a", b"uno")
+    written.set("a", b"uno")
+    assert written.same("a", b"uno", WrittenRecords.digest(b"uno"))
+    assert (len(written), written.unhashed) == (3, 2)
+    written.digest_some(1)
+    written.digest_some(5)
+    assert (len(written), written.unhashed) == (3, 0)
+    assert written.same("b", b"two")
+    assert written.same("c", b"three")
+    assert not written.same("c", b"four")
+    written.pop("b")
+    assert not written.same("b", b"two")
+    assert len(written.items()) == (2 if keep_bytes else 0)
