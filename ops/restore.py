@@ -165,6 +165,7 @@ async def restore_from(js: JetStreamContext, raw: RawRecords, *, partition: int 
     cluster = raw.get(SNAPSHOT_CLUSTER) if mine(SNAPSHOT_CLUSTER, partition, partitions) else None
     lazy = Lazy(upto=seq)
     later: list[Restorable] = []
+    unread: list[tuple[str, bytes]] = []
     subj = SNAPSHOT_CLUSTER
     # Format 2: the status bounds every record's first deadline, so a record the status
     # covers is not read now (`Lazy`); one past it (a flush cut short) is read in full.
@@ -177,7 +178,7 @@ async def restore_from(js: JetStreamContext, raw: RawRecords, *, partition: int 
             if not data or subj == SNAPSHOT_CLUSTER or not mine(subj, partition, partitions):
                 continue
             if bound is not None and _as_of_seq(subj, data) <= seq:
-                lazy.add(untoken(subj[len(SNAPSHOT_HOST_PREFIX):]), data, bound, exact=False)
+                unread.append((untoken(subj[len(SNAPSHOT_HOST_PREFIX):]), data))
                 continue
             host, as_of, due = earliest_due(state, data)
             if host is None:
@@ -188,6 +189,8 @@ async def restore_from(js: JetStreamContext, raw: RawRecords, *, partition: int 
                 later.append((host, snap))
             else:
                 lazy.add(host, data, due)
+        if bound is not None:
+            lazy.add_bounded(unread, bound)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise NotRestorable(f"record {subj} does not decode: {exc}") from None
     except (CheckpointError, SubjectError) as exc:

@@ -309,22 +309,32 @@ class Lazy:
     def __init__(self, upto: int | None = None) -> None:
         self._raw: dict[str, bytes] = {}
         self._heap: list[tuple[float, str]] = []
-        self._bounded: set[str] = set()
-        self._unrefined: list[str] = []
-        """Bounded hosts `refine` has not read yet (some may be placed by now)."""
         self._when: dict[str, float] = {}
-        """Each waiting host's entry in the heap (others are left-overs, skipped)."""
+        """Each waiting host's entry in the heap (others are left-overs, skipped); a
+        waiting host without one is bounded (`_bound`)."""
+        self._unrefined: list[str] = []
+        """Bounded hosts not read yet (some may be placed or read by now)."""
+        self._bound = math.inf
+        """No bounded record's first deadline comes before this."""
         self._upto = upto
 
     def add(self, host: str, data: bytes, due: float, *, exact: bool = True) -> None:
         """A host record to place later (`due`: see `earliest_due`, or a bound on it when
         not `exact`)."""
-        self._raw[host] = data
         if not exact:
-            self._bounded.add(host)
-            self._unrefined.append(host)
+            self.add_bounded([(host, data)], due)
+            return
+        self._raw[host] = data
         self._when[host] = due
         heapq.heappush(self._heap, (due, host))
+
+    def add_bounded(self, records: Iterable[tuple[str, bytes]], bound: float) -> None:
+        """Host records (host, bytes) not read now: none has a deadline before `bound`."""
+        hosts = dict(records)
+        self._raw.update(hosts)
+        self._unrefined.extend(hosts)
+        if hosts:
+            self._bound = min(self._bound, bound)
 
     def __len__(self) -> int:
         return len(self._raw)
@@ -332,16 +342,19 @@ class Lazy:
     @property
     def next_due(self) -> float | None:
         """When `due` next has something to place (None: nothing left)."""
-        heap = self._heap
         if not self._raw:
             return None
+        heap = self._heap
         when = self._when
-        if len(heap) > 2 * len(self._raw) + 64:  # many were placed early: compact
+        if len(heap) > 2 * len(when) + 64:  # many were placed early: compact
             self._heap = heap = [(d, h) for d, h in heap if when.get(h) == d]
             heapq.heapify(heap)
         while heap and when.get(heap[0][1]) != heap[0][0]:
             heapq.heappop(heap)
-        return heap[0][0] if heap else None
+        top = heap[0][0] if heap else None
+        if self._unrefined:
+            top = self._bound if top is None else min(top, self._bound)
+        return top
 
     @property
     def unrefined(self) -> int:
@@ -352,15 +365,19 @@ class Lazy:
         """Read the first deadline of up to `limit` bounded records (see the class doc).
         CheckpointError (or a msgspec error) for a record that is not one."""
         todo = self._unrefined
+        raw = self._raw
+        when = self._when
         while todo and limit > 0:
             host = todo.pop()
-            if host not in self._bounded:
+            data = raw.get(host)
+            if data is None or host in when:
                 continue
             limit -= 1
-            self._bounded.discard(host)
-            _, _, first = earliest_due(state, self._raw[host])
-            self._when[host] = first
+            _, _, first = earliest_due(state, data)
+            when[host] = first
             heapq.heappush(self._heap, (first, host))
+        if not todo:
+            self._bound = math.inf
 
     def take(self, state: ProjectionState, host: str) -> bool:
         """Place `host`'s record now if it is still waiting; whether it was.
@@ -368,8 +385,7 @@ class Lazy:
         data = self._raw.pop(host, None)
         if data is None:
             return False
-        self._bounded.discard(host)
-        del self._when[host]
+        self._when.pop(host, None)
         snap = decode_record(data)
         if snap.host != host:
             raise CheckpointError(f"the record of {host!r} names host {snap.host!r}")
@@ -380,24 +396,18 @@ class Lazy:
         return True
 
     def due(self, state: ProjectionState, now: float) -> None:
-        """Place every record whose first deadline is `<= now`."""
+        """Place every record whose first deadline is `<= now` (the bounded ones are read
+        first when their bound has come)."""
         if self.next_due is None:
             return
+        if self._unrefined and self._bound <= now:
+            self.refine(state, len(self._unrefined))
         heap = self._heap
-        bounded = self._bounded
         when = self._when
         while heap and heap[0][0] <= now:
             d, host = heapq.heappop(heap)
-            if when.get(host) != d:
-                continue  # placed already, or its entry was replaced
-            if host in bounded:
-                bounded.discard(host)
-                _, _, first = earliest_due(state, self._raw[host])
-                if first > now:
-                    when[host] = first
-                    heapq.heappush(heap, (first, host))
-                    continue
-            self.take(state, host)
+            if when.get(host) == d:
+                self.take(state, host)
 
     def before(self, state: ProjectionState, subject: str, received_at: float) -> None:
         """Place what an event on `subject` (as published) received at `received_at`
@@ -413,7 +423,8 @@ class Lazy:
             host = None
         if host is not None and host in self._raw:
             self.take(state, host)
-        if self._heap and self._heap[0][0] <= received_at:
+        if (self._heap and self._heap[0][0] <= received_at) or (
+                self._unrefined and self._bound <= received_at):
             self.due(state, received_at)
 
     def everything(self, state: ProjectionState) -> None:
@@ -421,5 +432,6 @@ class Lazy:
         for host in list(self._raw):
             self.take(state, host)
         self._heap.clear()
-        self._bounded.clear()
+        self._when.clear()
         self._unrefined.clear()
+        self._bound = math.inf
