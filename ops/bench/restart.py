@@ -9,8 +9,10 @@ stops.  Measured in this process, one after the other, on the same data:
 - raw read: an ordered consumer (DeliverLastPerSubject) over CRR_SNAPSHOT
   that does nothing with the records — the floor any restore pays;
 - restore: a new projector from `run()` until `ready` — it reads its
-  records and status, restores its fold state, folds the (no) events after
-  the status's position and writes nothing (checked: its record writes);
+  records and status, restores its fold state (the host records the status
+  covers wait unread, bounded by its `next_due_ts`; their first deadlines
+  are read in chunks after ready), folds the (no) events after the status's
+  position and writes nothing (checked: its record writes);
 - rebuild: the same with restoring switched off (the last event per
   subject of CRR_EVENTS, as before the snapshot was the checkpoint).
 
