@@ -283,7 +283,8 @@ async def test_leader_and_projector_on_the_minority(
             check_alive(a, b)
             table = view.table
             await view.stop()
-            events = await stored_events(nc)
+            events = await eventually(  # (a consumer create may time out while leaders settle)
+                lambda: stored_events(nc), 60, "history readable after the heal", every=0.5)
     finally:
         a.stop()
         if b is not None:
@@ -443,7 +444,8 @@ async def test_agent_and_view_nodes_cut_off(cluster: DockerNatsCluster,
                 assert view.position > frozen
                 await view.stop()
         async with connect(cluster.url, name="crr-test", attempts=None) as nc:
-            events = await stored_events(nc)
+            events = await eventually(  # (a consumer create may time out while leaders settle)
+                lambda: stored_events(nc), 60, "history readable after the heal", every=0.5)
     finally:
         agent.stop()
         if proj is not None:
