@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import logging
 from typing import Any
 
@@ -203,7 +204,7 @@ async def test_packer_waits_while_the_view_is_behind(nc: Client) -> None:
         await _wait_position(view, seq)
         unsubscribe()
         assert any(pending for pending, _ in seen), "the burst never left the view behind"
-        for (pending, before), (_, after) in zip(seen, seen[1:], strict=False):
+        for (pending, before), (_, after) in itertools.pairwise(seen):
             if pending:
                 assert after >= before  # nothing compressed while records were pending
         await view.wait_packed(30)
