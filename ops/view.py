@@ -39,7 +39,8 @@ decode works but whose full decode fails is logged and counted
 With `pack_records` (the default) the view compresses the kept records
 soon after they arrive (zlib, fastest level: a 4.7 kB host record keeps
 ~0.5 kB), a few at a time between the loop's other work — `get`
-decompresses — trading some CPU for memory.
+decompresses — trading some CPU for memory; while the view is behind its
+stream it applies records first and compresses later (see `_pack`).
 
 Cold start: during the initial load the records are only kept (the last
 per subject, raw); when the consumer is caught up they are lean-decoded and
@@ -189,6 +190,12 @@ class SchedulerView:
         self._packer: asyncio.Task[None] | None = None
         self._pack_wanted = asyncio.Event()
         self._packed_all = asyncio.Event()
+        self._caught_up = asyncio.Event()
+        """Set while the consumer is caught up (the last live record had nothing pending
+        behind it): the packer compresses only then (see `_pack`)."""
+        self._caught_up.set()
+        self.pack_pauses = 0
+        """Times the packer stopped for the view to catch up with its stream."""
         self.packed = 0
         """Records compressed since `start`."""
         self._idle_heartbeat = idle_heartbeat
@@ -261,12 +268,20 @@ class SchedulerView:
         On the loop, not in a worker thread: a thread that compresses contends
         for the GIL with the loop (the loop then waits out switch intervals
         and the view falls behind its stream); small batches keep each step
-        around a millisecond."""
+        around a millisecond.  Compression is deferrable, applying records is
+        not: while the consumer is behind its stream (the last live record had
+        more pending behind it) the packer waits, so on a saturated machine the
+        CPU goes to staying current and records are kept uncompressed (as with
+        `pack_records=False`) until the view catches up."""
         while True:
             await self._pack_wanted.wait()
             self._pack_wanted.clear()
             done = 0
             while True:
+                if not self._caught_up.is_set():  # records waiting: applying them comes first
+                    self.pack_pauses += 1
+                    while not self._caught_up.is_set():  # (set, then cleared again before
+                        await self._caught_up.wait()     # this task ran: wait on)
                 table = self.table
                 batch = table.unpacked(PACK_BATCH)
                 if not batch:
@@ -462,6 +477,10 @@ class SchedulerView:
         self.applied += 1
         if self._packer is not None:
             self._pack_wanted.set()
+            if m.pending:
+                self._caught_up.clear()
+            else:
+                self._caught_up.set()
         if self._waiters:
             self._release_waiters()
         self._notify(subject)
@@ -544,6 +563,7 @@ class SchedulerView:
         load.hosts.clear()
         trim_heap()
         if self._packer is not None:
+            self._caught_up.set()  # the load ends with nothing pending
             self._pack_wanted.set()
         self._loaded.set()
         log.info("scheduler view %s at seq %d (%d hosts)", "reloaded" if reload else "ready",

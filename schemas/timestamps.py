@@ -12,12 +12,22 @@ from datetime import UTC, datetime
 
 from schemas.errors import PayloadError
 
+_SECONDS: dict[int, str] = {}
+"""`%Y-%m-%dT%H:%M:%S` of whole epoch seconds recently formatted (the projector formats
+several times per record, most of them within the same few seconds)."""
+_SECONDS_KEPT = 4096
+
 
 def format_time(t: float) -> str:
     """`2026-12-02T14:00:00.123Z` for `t` seconds since the epoch."""
     ms = round(t * 1000)
     secs, millis = divmod(ms, 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{millis:03d}Z"
+    head = _SECONDS.get(secs)
+    if head is None:
+        if len(_SECONDS) >= _SECONDS_KEPT:
+            _SECONDS.clear()
+        head = _SECONDS[secs] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
+    return f"{head}.{millis:03d}Z"
 
 
 def parse_time(text: str) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import logging
 from typing import Any
 
@@ -174,5 +175,42 @@ async def test_the_view_keeps_no_object_tree_per_host(nc: Client) -> None:
         gc.collect()
         grown = len(gc.get_objects()) - loaded
         assert grown < 150, grown  # 300 updates: far less than one object per update
+    finally:
+        await view.stop()
+
+
+async def test_packer_waits_while_the_view_is_behind(nc: Client) -> None:
+    """Applying records comes before compressing them: from a live record with more pending
+    behind it until one with nothing pending, no kept record is compressed; once caught up
+    the packer compresses every record."""
+    await provision(nc)
+    await nc.jetstream().publish(SNAPSHOT_CATALOG, encode(CATALOG))
+    view = SchedulerView(nc, idle_heartbeat=0.5, clock=lambda: NOW)
+    seen: list[tuple[int, int]] = []  # (pending behind the record, records kept uncompressed)
+
+    def on_record(_subject: str) -> None:
+        last = view._follower.last
+        assert last is not None
+        seen.append((last.pending, view.table.unpacked_count))
+
+    try:
+        await view.start()
+        await view.wait_ready(10)
+        unsubscribe = view.subscribe(on_record)
+        js = nc.jetstream()
+        acks = [await js.publish_async(subject, data)
+                for subject, data in _records(0, 300, twins=True) * 2]
+        seq = max([int((await ack).seq) for ack in acks])
+        await _wait_position(view, seq)
+        unsubscribe()
+        assert any(pending for pending, _ in seen), "the burst never left the view behind"
+        for (pending, before), (_, after) in itertools.pairwise(seen):
+            if pending:
+                assert after >= before  # nothing compressed while records were pending
+        await view.wait_packed(30)
+        assert view.table.unpacked_count == 0
+        assert view.packed >= 300
+        assert view.table.record("h007") == dict(_records(0, 300, twins=True))[
+            host_snapshot_subject("h007")]
     finally:
         await view.stop()

@@ -79,7 +79,7 @@ from ops.bench.relay import RelayProcess, RelayReader, provision_relay, terminat
 from ops.snapshot_reader import read_snapshot
 from ops.view import SchedulerView
 from producers.simulator import SILENT, Event, Faults, Fleet, run_fleet, sim_catalog
-from projections.host_table import HostTable
+from projections.host_table import HostTable, expires_seconds
 from projections.select import compile_select
 from schemas.codec import decode, encode
 from schemas.duration import parse_duration
@@ -230,7 +230,7 @@ async def latency_phase(nc: Client, url: str, plan: Plan, duration: float, *,
         entry = next(iter(snap.values.values()))
         if entry.state == "fresh" and entry.observed_at != last_seen[i]:
             last_seen[i] = entry.observed_at
-            latencies.append(now - parse_time(entry.observed_at))
+            latencies.append(now - expires_seconds(entry.observed_at))  # the relay's parser
         elif i in silent_open and all(e.state == "stale" for e in snap.values.values()):
             lateness.append(now - max(parse_time(e.expires_at) for e in snap.values.values()))
             silent_open.discard(i)
