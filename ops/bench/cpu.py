@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from ops.bench.relay import RELAY_STREAM, RelayProcess, provision_relay
 from ops.bench.suite import RESOURCES, ProjectorProcess, log, relay_pad, wait_projector
 from producers.simulator import Event, Faults, Fleet, sim_catalog
 from schemas.codec import encode
+from schemas.errors import CrrError
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -103,10 +105,10 @@ def profile_summary(path: Path, top: int = 25) -> str:
     own: Counter[str] = Counter()
     total = 0
     for line in path.read_text().splitlines():
-        stack, _, n = line.rpartition(" ")
+        stack, _, samples = line.rpartition(" ")
         if not stack:
             continue
-        count = int(n)
+        count = int(samples)
         total += count
         frames = [f.split(" (")[0] + " (" + f.split(" (")[1].split(":")[0].rsplit("/", 1)[-1]
                   if " (" in f else f for f in stack.split(";")]
@@ -122,71 +124,110 @@ def profile_summary(path: Path, top: int = 25) -> str:
 async def cpu_bench(args: argparse.Namespace) -> dict[str, Any]:
     """The projector's and the relay's CPU per 10k reports at the same offered rate."""
     hosts, rate = args.hosts, args.rate
-    interval = hosts / rate
-    catalog = sim_catalog(RESOURCES, interval)
-    faults = Faults.parse("silent=0.01")
-    fleet = Fleet(catalog, hosts, seed=11, faults=faults)
-    warm = rounds_of(fleet, 1)
-    measured = rounds_of(fleet, args.rounds)
-    relayed = rounds_of(Fleet(catalog, hosts, seed=12, faults=faults), 1 + args.rounds)
-    relayed = relayed[len(warm):]  # the relay gets steady-state rounds too
-    res: dict[str, Any] = {"hosts": hosts, "rate": rate, "reports": len(measured),
-                           "relay_reports": len(relayed)}
+    catalog = sim_catalog(RESOURCES, hosts / rate)
+    variants = [("this", None)] + ([("compare", args.compare)] if args.compare else [])
+    runs: list[dict[str, Any]] = []
+    res: dict[str, Any] = {"hosts": hosts, "rate": rate, "runs": runs}
+    for k in range(args.repeat):
+        for label, cwd in variants:
+            last = k == args.repeat - 1 and label == variants[-1][0]
+            profile = args.profile if args.profile and k == 0 and label == "this" else None
+            async with _server() as (nc, url):
+                await nc.jetstream().publish(CATALOG, encode(catalog))
+                fleet = Fleet(catalog, hosts, seed=11, faults=_FAULTS)
+                warm = rounds_of(fleet, 1)
+                batch = rounds_of(fleet, args.rounds)
+                projector = ProjectorProcess(url, cwd=cwd)
+                try:
+                    await _caught_up(nc, projector, 1)
+                    log(f"projector ({label}): warm-up, {len(warm):,} reports (one per host)")
+                    await _caught_up(nc, projector, await publish_at(nc, warm, None))
+                    run = await _measure(nc, projector, batch, rate, profile)
+                    run.pop("last_seq")
+                    run["rss"] = projector.rss
+                    runs.append({"projector": label, "cwd": cwd or ".", **run})
+                    log(f"projector ({label}): {run['cpu_s']:.2f} CPU s over {run['wall_s']:.1f} s"
+                        f" = {run['cpu_per_10k']:.3f} s per 10k reports")
+                    pad = await relay_pad(nc)
+                finally:
+                    projector.stop()
+                if last:
+                    res.update(await _relay(nc, url, catalog, pad, args))
+    mine = [r["cpu_per_10k"] for r in runs if r["projector"] == "this"]
+    res["projector_cpu_per_10k"] = min(mine)
+    if args.compare:
+        other = [r["cpu_per_10k"] for r in runs if r["projector"] == "compare"]
+        res["compare_cpu_per_10k"] = min(other)
+        res["vs_compare"] = min(mine) / min(other)
+    res["ratio"] = res["projector_cpu_per_10k"] / res["relay_cpu_per_10k"]
+    return res
+
+
+_FAULTS = Faults.parse("silent=0.01")
+
+
+@contextlib.asynccontextmanager
+async def _server() -> AsyncIterator[tuple[Client, str]]:
+    """A fresh embedded server with crr's streams, and a connection to it."""
     with tempfile.TemporaryDirectory(prefix="crr-bench-cpu-") as store:
         server = NatsServer(store, port=0)
         await asyncio.to_thread(server.start)
-        projector: ProjectorProcess | None = None
         try:
             async with connect(server.url, name="crr-bench-cpu") as nc:
                 await provision(nc)
-                await nc.jetstream().publish(CATALOG, encode(catalog))
-                projector = ProjectorProcess(server.url)
-                await wait_projector(nc, 1, 60)
-                log(f"warm-up: {len(warm):,} reports (one per host)")
-                await wait_projector(nc, await publish_at(nc, warm, None), 600)
-                pid = projector.proc.pid
-                spy = _spy(pid, args.profile) if args.profile else None
-                log(f"projector: {len(measured):,} reports at {rate:,}/s")
-                c0, t0 = cpu_seconds(pid), time.monotonic()
-                last = await publish_at(nc, measured, rate)
-                await wait_projector(nc, last, 600)
-                c1, t1 = cpu_seconds(pid), time.monotonic()
-                if spy is not None:
-                    spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
-                    await asyncio.to_thread(spy.wait, 30)
-                res["projector_cpu_s"] = c1 - c0
-                res["projector_wall_s"] = t1 - t0
-                res["projector_cpu_per_10k"] = (c1 - c0) / len(measured) * 1e4
-                res["projector_rss"] = projector.rss
-                log(f"projector: {c1 - c0:.2f} CPU s over {t1 - t0:.1f} s = "
-                    f"{res['projector_cpu_per_10k']:.3f} s per 10k reports")
-                pad = await relay_pad(nc)
-                projector.stop()
-                projector = None
-                await provision_relay(nc)
-                relay = RelayProcess(server.url, pad)
-                try:
-                    await asyncio.to_thread(relay.wait_ready)
-                    rpid = relay.proc.pid
-                    log(f"relay (padded by {pad} B): {len(relayed):,} reports at {rate:,}/s")
-                    c0, t0 = cpu_seconds(rpid), time.monotonic()
-                    await publish_at(nc, relayed, rate)
-                    await relay_done(nc, len(relayed))
-                    c1, t1 = cpu_seconds(rpid), time.monotonic()
-                finally:
-                    relay.stop()
-                    with contextlib.suppress(nats.js.errors.NotFoundError):
-                        await nc.jetstream().delete_stream(RELAY_STREAM)
-                res["relay_pad"] = pad
-                res["relay_cpu_s"] = c1 - c0
-                res["relay_wall_s"] = t1 - t0
-                res["relay_cpu_per_10k"] = (c1 - c0) / len(relayed) * 1e4
-                res["ratio"] = res["projector_cpu_per_10k"] / res["relay_cpu_per_10k"]
+                yield nc, server.url
         finally:
-            if projector is not None:
-                projector.stop()
             await asyncio.to_thread(server.stop)
-    return res
+
+
+async def _relay(nc: Client, url: str, catalog: Any, pad: int,
+                 args: argparse.Namespace) -> dict[str, Any]:
+    """The raw relay's middle process: CPU for as many steady-state reports at the rate."""
+    relayed = rounds_of(Fleet(catalog, args.hosts, seed=12, faults=_FAULTS), 1 + args.rounds)
+    relayed = relayed[len(relayed) * 1 // (1 + args.rounds):]  # steady-state rounds
+    await provision_relay(nc)
+    relay = RelayProcess(url, pad)
+    try:
+        await asyncio.to_thread(relay.wait_ready)
+        rpid = relay.proc.pid
+        log(f"relay (padded by {pad} B): {len(relayed):,} reports at {args.rate:,}/s")
+        c0, t0 = cpu_seconds(rpid), time.monotonic()
+        await publish_at(nc, relayed, args.rate)
+        await relay_done(nc, len(relayed))
+        c1, t1 = cpu_seconds(rpid), time.monotonic()
+    finally:
+        relay.stop()
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await nc.jetstream().delete_stream(RELAY_STREAM)
+    return {"relay_pad": pad, "relay_reports": len(relayed), "relay_cpu_s": c1 - c0,
+            "relay_wall_s": t1 - t0, "relay_cpu_per_10k": (c1 - c0) / len(relayed) * 1e4}
+
+
+async def _caught_up(nc: Client, projector: ProjectorProcess, seq: int) -> None:
+    """Wait until the projector's status covers `seq`; CrrError if the process ended."""
+    waiting = asyncio.ensure_future(wait_projector(nc, seq, 600))
+    while not waiting.done():
+        await asyncio.wait({waiting}, timeout=1.0)
+        if not waiting.done() and projector.proc.poll() is not None:
+            waiting.cancel()
+            raise CrrError(f"the projector exited ({projector.proc.returncode})")
+    await waiting
+
+
+async def _measure(nc: Client, projector: ProjectorProcess, batch: list[Event], rate: float,
+                   profile: str | None) -> dict[str, Any]:
+    """Publish `batch` at `rate`; the projector's CPU until its status covers the last."""
+    pid = projector.proc.pid
+    spy = _spy(pid, profile) if profile else None
+    c0, t0 = cpu_seconds(pid), time.monotonic()
+    last = await publish_at(nc, batch, rate)
+    await _caught_up(nc, projector, last)
+    c1, t1 = cpu_seconds(pid), time.monotonic()
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+        await asyncio.to_thread(spy.wait, 30)
+    return {"reports": len(batch), "cpu_s": c1 - c0, "wall_s": t1 - t0,
+            "cpu_per_10k": (c1 - c0) / len(batch) * 1e4, "last_seq": last}
 
 
 def _spy(pid: int, out: str) -> subprocess.Popen[bytes]:
@@ -204,19 +245,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="measured rounds (one per host)")
     parser.add_argument("--profile", default=None, metavar="FILE",
                         help="py-spy the projector during the measured rounds (collapsed stacks)")
+    parser.add_argument("--compare", default=None, metavar="DIR",
+                        help="also measure the projector of another checkout (e.g. a git "
+                             "worktree of main), alternating with this one, same run")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="measurements per projector (alternating); the best counts")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     res = asyncio.run(cpu_bench(args))
     if args.json:
         print(json.dumps(res))
     else:
-        print(f"projector CPU per 10k reports: {res['projector_cpu_per_10k']:.3f} s "
-              f"({res['projector_cpu_s']:.2f} s for {res['reports']:,} at {res['rate']:,}/s, "
-              f"wall {res['projector_wall_s']:.1f} s)")
+        for r in res["runs"]:
+            print(f"projector ({r['projector']}, {r['cwd']}): {r['cpu_per_10k']:.3f} CPU s per "
+                  f"10k reports ({r['cpu_s']:.2f} s for {r['reports']:,} at {res['rate']:,}/s, "
+                  f"wall {r['wall_s']:.1f} s)")
+        if "vs_compare" in res:
+            print(f"this projector / the compared one (best of each): {res['vs_compare']:.3f}")
         print(f"raw relay CPU per 10k reports: {res['relay_cpu_per_10k']:.3f} s "
               f"({res['relay_cpu_s']:.2f} s for {res['relay_reports']:,}, "
               f"wall {res['relay_wall_s']:.1f} s)")
-        print(f"ratio: {res['ratio']:.2f}x the relay")
+        print(f"ratio: {res['ratio']:.2f}x the relay (best run of this projector)")
     if args.profile:
         print(profile_summary(Path(args.profile)))
     return 0
