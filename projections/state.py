@@ -277,7 +277,8 @@ _encode = msgspec.json.Encoder(order="sorted").encode
 """`schemas.codec.encode` without the call through it (the same settings: sorted keys)."""
 
 
-def _encoded_values(state: ProjectionState, rec: Record, scope: str) -> dict[str, msgspec.Raw]:
+def _encoded_values(state: ProjectionState, rec: Record,
+                    scope: str) -> dict[str, msgspec.Raw] | msgspec.Raw:
     """`_values`, each entry already encoded: the projector's hot path (`host_record`).
 
     The fresh entries of one batch differ only in their value (and their lifetime),
@@ -290,6 +291,10 @@ def _encoded_values(state: ProjectionState, rec: Record, scope: str) -> dict[str
     lifetimes = state.lifetimes
     raw = msgspec.Raw
     enc = _encode
+    if len(rec.reporters) == 1:
+        whole = _one_batch(state, rec, scope)
+        if whole is not None:
+            return whole
     for reporter, rs in rec.reporters.items():
         uniform = state.uniform_life.get((reporter, scope))
         for b in rs.batches:  # oldest first: a newer batch's entry replaces an older one
@@ -326,6 +331,42 @@ def _encoded_values(state: ProjectionState, rec: Record, scope: str) -> dict[str
                     form = forms[life] = _form(reporter, b, received, life)
                 out[name] = raw(form[0] + enc(value) + form[1])
     return out
+
+
+def _one_batch(state: ProjectionState, rec: Record, scope: str) -> msgspec.Raw | None:
+    """The values object of a record whose one reporter's one batch set all its values,
+    all fresh and known (a host's steady state), encoded in one piece; else None.
+
+    Such a batch's names are in sorted order already (`order`), the order the
+    encoder sorts keys in, so the entries are joined as they come."""
+    ((reporter, rs),) = rec.reporters.items()
+    if len(rs.batches) != 1:
+        return None
+    b = rs.batches[0]
+    uniform = state.uniform_life.get((reporter, scope))
+    if b.full is None or b.stale or uniform is None:
+        return None
+    values = msgspec.structs.astuple(b.full)
+    if None in values:
+        return None
+    n = len(values)
+    if not n:
+        return None
+    head, tail = _form(reporter, b, _fmt(b.received_at), uniform)
+    flat: list[bytes] = [b""] * (4 * n)
+    flat[0::4] = _keys(b.order)
+    flat[1::4] = [head] * n
+    flat[2::4] = map(_encode, values)
+    flat[3::4] = [tail + b","] * n
+    flat[-1] = tail + b"}"
+    return msgspec.Raw(b"{" + b"".join(flat))
+
+
+@functools.lru_cache(maxsize=256)
+def _keys(order: tuple[str, ...]) -> list[bytes]:
+    """`"name":` for each name, encoded (once per reporter and catalog)."""
+    assert list(order) == sorted(order), "a full batch's names are sorted"
+    return [_encode(name) + b":" for name in order]
 
 
 def _form(reporter: str, b: Batch, received: str, life: float) -> tuple[bytes, bytes]:
