@@ -1,13 +1,13 @@
 """Projector CPU per report: a figure a shared machine cannot fool.
 
-    python -m ops.bench.cpu [--hosts 50000] [--rate 5000] [--rounds 1] [--profile FILE]
+    python -m tests.bench.cpu [--hosts 50000] [--rate 5000] [--rounds 1] [--profile FILE]
 
 Latency and throughput on a 2-core machine shared with other work say more
 about the neighbours than about the projector.  CPU seconds do not: this
 harness counts the projector process's own CPU time (user + system, from
 `/proc/<pid>/stat`) per 10k reports folded and written, at a fixed offered
 rate, beside the same figure for the raw relay's middle process
-(`ops.bench.relay`: it only republishes each report, padded to a host
+(`tests.bench.relay`: it only republishes each report, padded to a host
 record's size) at the same rate, measured in the same run.
 
 One embedded nats-server; `crr projector` as a child process (as in
@@ -49,8 +49,8 @@ from bus.pipeline_publish import PipelinePublisher
 from bus.server import NatsServer
 from bus.streams import provision
 from bus.subjects import CATALOG
-from ops.bench.relay import RELAY_STREAM, RelayProcess, provision_relay
-from ops.bench.suite import RESOURCES, ProjectorProcess, log, relay_pad, wait_projector
+from tests.bench.relay import RELAY_STREAM, RelayProcess, provision_relay
+from tests.bench.suite import RESOURCES, ProjectorProcess, log, relay_pad, wait_projector
 from producers.simulator import Event, Faults, Fleet, sim_catalog
 from schemas.codec import encode
 from schemas.errors import CrrError
@@ -237,8 +237,8 @@ def _spy(pid: int, out: str) -> subprocess.Popen[bytes]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m ops.bench.cpu`."""
-    parser = argparse.ArgumentParser(prog="python -m ops.bench.cpu", description=__doc__,
+    """Entry point of `python -m tests.bench.cpu`."""
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.cpu", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", type=int, default=50_000)
     parser.add_argument("--rate", type=int, default=5_000, help="offered reports/s")
