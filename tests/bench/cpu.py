@@ -49,11 +49,11 @@ from bus.pipeline_publish import PipelinePublisher
 from bus.server import NatsServer
 from bus.streams import provision
 from bus.subjects import CATALOG
-from tests.bench.relay import RELAY_STREAM, RelayProcess, provision_relay
-from tests.bench.suite import RESOURCES, ProjectorProcess, log, relay_pad, wait_projector
 from producers.simulator import Event, Faults, Fleet, sim_catalog
 from schemas.codec import encode
 from schemas.errors import CrrError
+from tests.bench.relay import RELAY_STREAM, RelayProcess, provision_relay
+from tests.bench.suite import RESOURCES, ProjectorProcess, log, relay_pad, wait_projector
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
