@@ -53,7 +53,8 @@ import operator
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Final, Literal
+from itertools import chain, repeat
+from typing import Any, Final, Literal, cast
 
 import msgspec
 import numpy as np
@@ -121,6 +122,8 @@ _STATE: Final = operator.attrgetter("state")
 _TWIN: Final = operator.attrgetter("expires_ts")
 _VALUE: Final = operator.attrgetter("value")
 _LEAN_FIELDS: Final = operator.attrgetter("state", "expires_ts", "expires_at", "value")
+_HOST: Final = operator.attrgetter("host")
+_VALUES: Final = operator.attrgetter("values")
 
 
 def _twinless_fields(entry: ValueEntry) -> tuple[str, float | None, str, Any]:
@@ -267,6 +270,29 @@ def _string_set(value: Any) -> frozenset[str] | None:
         return frozenset(value)
     result: frozenset[str] | None = normalize("string_set", value)
     return result
+
+
+def _numbers(raw: Sequence[Any]) -> FloatArray:
+    """`_numeric_or_nan` of every value: one C-level conversion when all are floats or ints."""
+    if set(map(type, raw)) <= {float, int}:
+        try:
+            return np.array(raw, dtype=np.float64)
+        except OverflowError:  # an int beyond float: normalize makes it None (NaN)
+            pass
+    return np.array([v if type(v) is float else _numeric_or_nan(v) for v in raw],
+                    dtype=np.float64)
+
+
+def _string_sets(raw: Sequence[Any]) -> list[frozenset[str] | None]:
+    """`_string_set` of every value: C-level passes when all are JSON arrays of strings."""
+    if set(map(type, raw)) == {list}:
+        try:
+            "".join(chain.from_iterable(raw))  # C-speed check that every member is a str
+        except TypeError:
+            pass
+        else:
+            return list(map(frozenset, raw))
+    return [_string_set(v) for v in raw]
 
 
 def entry_expiry(entry: Entry) -> float:
@@ -493,58 +519,102 @@ class HostTable:
 
         Gives the table that `upsert_row` of each record's `decode_record` in
         turn gives.  A record that does not decode is skipped and reported as
-        `on_error(index, error)`.  The records are decoded and their values
-        put in the columns `LOAD_CHUNK` at a time, so the decoded objects of
-        no more than a chunk exist at once (a load must not leave the process
-        with the memory of a million short-lived objects).
+        `on_error(index, error)`.  The records go through `append_records`
+        `LOAD_CHUNK` at a time, so the decoded objects of no more than a chunk
+        exist at once (a load must not leave the process with the memory of a
+        million short-lived objects).
         """
-        if self._rows:
-            for lean, data in self._decoded(records, on_error):
+        for start in range(0, len(records), LOAD_CHUNK):
+            self.append_records(
+                records[start:start + LOAD_CHUNK],
+                None if on_error is None else
+                lambda i, exc, at=start: on_error(at + i, exc))  # type: ignore[misc]
+
+    def append_records(self, records: Sequence[bytes],
+                       on_error: Callable[[int, Exception], None] | None = None) -> None:
+        """`upsert_row` of each record's `decode_record` in turn, column-wise: one chunk of a load.
+
+        The scheduler view feeds its cold start through this a chunk at a
+        time while the records are still arriving.  Hosts the table does not
+        have yet get rows (allocated as `upsert_row` would) that are filled
+        column by column with a few C-level passes (`_fill_lean`); hosts it
+        has, and repeats within the chunk, are upserted after them (the final
+        state is the same: a row depends only on its host's last record).
+        A record that does not decode is skipped and reported as
+        `on_error(index in records, error)`.
+        """
+        decode = self._lean_codec()[0].decode
+        datas: Sequence[bytes] = records
+        try:
+            leans: list[LeanRecord] = list(map(decode, records))
+        except (msgspec.ValidationError, msgspec.DecodeError):  # find which, one by one
+            leans, kept = [], []
+            for i, data in enumerate(records):
+                try:
+                    leans.append(decode(data))
+                except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                    if on_error is not None:
+                        on_error(i, exc)
+                    continue
+                kept.append(data)
+            datas = kept
+        if not leans:
+            return
+        if any(col.members for col in self._columns.values()):  # member columns: upsert them
+            for lean, data in zip(leans, datas, strict=True):
                 self.upsert_row(lean, data)
             return
-        self._capacity = _capacity_for(len(records), self._capacity)
-        self._build_columns(lean=True)
-        rows: dict[str, int] = {}
-        docs: list[Doc | None] = []
-        later: list[tuple[LeanRecord, bytes]] = []
-        chunk: list[Any] = []
-        for lean, data in self._decoded(records, on_error):
-            host = lean.host
-            if host in rows:
-                later.append((lean, data))
-                continue
-            rows[host] = len(docs)
-            docs.append(data)
-            chunk.append(lean.values)
-            if len(chunk) == LOAD_CHUNK:
-                self._fill_lean(np.arange(len(docs) - len(chunk), len(docs)), chunk)
-                chunk = []
-        if chunk:
-            self._fill_lean(np.arange(len(docs) - len(chunk), len(docs)), chunk)
-        capacity = _capacity_for(len(docs), _INITIAL_CAPACITY)
-        if capacity < self._capacity:  # some records were repeats or did not decode
-            for col in self._columns.values():
-                col.shrink(capacity)
-            self._capacity = capacity
-        self._take_rows(rows, docs)
-        self._unpacked = dict.fromkeys(range(len(docs)))
-        self._build_cluster()
-        for lean, data in later:
-            self.upsert_row(lean, data)
+        hosts = list(map(_HOST, leans))
+        table_rows = self._rows
+        later: list[int] = []
+        if len(set(hosts)) == len(hosts) and table_rows.keys().isdisjoint(hosts):
+            fresh = range(len(leans))
+        else:  # some hosts are known or repeated: those are upserted after the fill
+            seen: set[str] = set()
+            firsts: list[int] = []
+            for i, host in enumerate(hosts):
+                if host in table_rows or host in seen:
+                    later.append(i)
+                else:
+                    seen.add(host)
+                    firsts.append(i)
+            fresh = firsts  # type: ignore[assignment]
+            hosts = [hosts[i] for i in firsts]
+        if fresh:
+            rows = self._take_free(len(fresh))
+            whole = len(fresh) == len(leans)
+            kept_data = datas if whole else [datas[i] for i in fresh]
+            names, snaps = self._names, self._snaps
+            if rows[-1] - rows[0] == len(rows) - 1:  # ascending and contiguous: slices
+                names[rows[0]:rows[-1] + 1] = hosts
+                snaps[rows[0]:rows[-1] + 1] = kept_data
+            else:
+                for row, host, data in zip(rows, hosts, kept_data, strict=True):
+                    names[row] = host
+                    snaps[row] = data
+            table_rows.update(zip(hosts, rows, strict=True))
+            self._unpacked.update(dict.fromkeys(rows))
+            self._order = None
+            self._sorted_names = None
+            self._fill_lean(np.asarray(rows, dtype=np.int64),
+                            list(map(_VALUES, leans if whole else [leans[i] for i in fresh])))
+        for i in later:
+            self.upsert_row(leans[i], datas[i])
 
-    def _decoded(self, records: Sequence[bytes],
-                 on_error: Callable[[int, Exception], None] | None,
-                 ) -> Iterator[tuple[LeanRecord, bytes]]:
-        """`decode_record` of each record, one by one; failures go to `on_error(index, error)`."""
-        decode = self._lean_codec()[0].decode
-        for i, data in enumerate(records):
-            try:
-                lean = decode(data)
-            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-                if on_error is not None:
-                    on_error(i, exc)
-                continue
-            yield lean, data
+    def _take_free(self, n: int) -> list[int]:
+        """`n` rows for new hosts, the ones `_allocate` would give one by one (ascending)."""
+        free = self._free
+        take = min(n, len(free))
+        rows = free[len(free) - take:]
+        rows.reverse()
+        del free[len(free) - take:]
+        if take < n:  # the table grows as often as one-by-one allocation would make it
+            self._grow(_capacity_for(self._capacity + n - take, self._capacity))
+            more = free[len(free) - (n - take):]
+            more.reverse()
+            del free[len(free) - (n - take):]
+            rows += more
+        return rows
 
     def _take_rows(self, rows: dict[str, int], docs: list[Doc | None]) -> None:
         """Rows 0..n-1 of an empty table: `rows` names them, `docs` is what each keeps."""
@@ -956,18 +1026,18 @@ class HostTable:
         falses: BoolArray | None = None
         sets: list[frozenset[str] | None] = []
         if kind == "numeric":
-            num = np.array([v if type(v) is float else _numeric_or_nan(v) for v in raw],
-                           dtype=np.float64)
+            num = _numbers(raw)
             valid = np.isfinite(num)
         elif kind == "boolean":
-            trues = np.array([v is True for v in raw], dtype=np.bool_)
-            falses = np.array([v is False for v in raw], dtype=np.bool_)
+            trues = np.fromiter(map(operator.is_, raw, repeat(True)), dtype=np.bool_, count=n)
+            falses = np.fromiter(map(operator.is_, raw, repeat(False)), dtype=np.bool_, count=n)
             valid = trues | falses
         elif kind == "string":
-            valid = np.array([isinstance(v, str) for v in raw], dtype=np.bool_)
+            valid = np.fromiter(map(isinstance, raw, repeat(str)), dtype=np.bool_, count=n)
         else:
-            sets = [_string_set(v) for v in raw]
-            valid = np.array([s is not None for s in sets], dtype=np.bool_)
+            sets = _string_sets(raw)
+            valid = np.fromiter(map(operator.is_not, sets, repeat(None)), dtype=np.bool_,
+                                count=n)
         stale = state == STALE
         fresh = (state == FRESH) & valid
         col.state[idx] = np.where(stale, STALE, np.where(fresh, FRESH, NULL))
@@ -987,11 +1057,18 @@ class HostTable:
             where = np.flatnonzero(fresh)
             return idx[where], [raw[i] for i in where.tolist()]
         else:
+            kept = sets if fresh.all() else [
+                v if ok else None for v, ok in zip(sets, fresh.tolist(), strict=True)]
             col_sets = col.sets
-            for row, value, ok in zip(idx.tolist(), sets, fresh.tolist(), strict=True):
-                col_sets[row] = value if ok else None
-            col.values[idx] = np.fromiter([len(v) if v is not None else 0 for v in sets],
-                                          dtype=np.float64, count=n) * fresh
+            first = int(idx[0])
+            if int(idx[-1]) - first == n - 1 and (n < 2 or bool((np.diff(idx) == 1).all())):
+                col_sets[first:first + n] = kept  # contiguous rows (a load): one slice
+            else:
+                for row, value in zip(idx.tolist(), kept, strict=True):
+                    col_sets[row] = value
+            col.values[idx] = np.fromiter(
+                (len(v) if v is not None else 0 for v in kept) if None in kept
+                else map(len, cast("list[frozenset[str]]", kept)), dtype=np.float64, count=n)
         return None
 
     def _lean_items(self, data: bytes) -> dict[str, LeanEntry]:
@@ -1019,26 +1096,26 @@ class HostTable:
     def _fill_lean(self, rows: IntArray, values: list[Any]) -> None:
         """Write the decoded values of `rows` into every column, one column at a time.
 
-        Each column's entries are read with C-level passes (`map` of an
-        attribute getter), so the per-value work is numpy's; rows without a
-        value (`ABSENT`) are left as they are.
+        The entries are transposed into columns in C (`zip`) and each
+        column's are read with C-level passes (`map` of an attribute getter),
+        so the per-value work is numpy's; rows without a value (`ABSENT`) are
+        left as they are.
         """
         _, entries_of, names = self._lean_codec()
         n = len(values)
-        per_row = list(map(entries_of, values))
         strings: list[tuple[Column, IntArray, list[str]]] = []
-        for k, name in enumerate(names):
+        for name, column in zip(names, zip(*map(entries_of, values), strict=True), strict=False):
             col = self._columns[name]
-            entries = [r[k] for r in per_row]
+            entries: tuple[LeanEntry, ...] = column
             codes = np.fromiter(map(_LEAN_CODES.__getitem__, map(_STATE, entries)),
                                 dtype=np.int8, count=n)
             present = codes != ABSENT
-            if not present.any():
-                continue
             idx = rows
             if not present.all():
+                if not present.any():
+                    continue
                 where = np.flatnonzero(present)
-                entries = [entries[i] for i in where.tolist()]
+                entries = tuple(entries[i] for i in where.tolist())
                 codes = codes[present]
                 idx = rows[where]
             twins = list(map(_TWIN, entries))
@@ -1059,10 +1136,14 @@ class HostTable:
         """Intern the fresh strings of `columns` row by row (as upserts would), then code them."""
         rows = np.concatenate([r for _, r, _ in columns])
         texts = [t for _, _, ts in columns for t in ts]
-        intern = self._intern
-        for i in np.argsort(rows, kind="stable").tolist():
-            intern(texts[i])
         pool = self._pool
+        intern = self._intern
+        # The distinct texts in row order (C-level), interned in that order: the codes
+        # interning every text row by row gives.
+        for text in dict.fromkeys(map(texts.__getitem__,
+                                      np.argsort(rows, kind="stable").tolist())):
+            if text not in pool:
+                intern(text)
         for col, col_rows, col_texts in columns:
             col.values[col_rows] = np.fromiter(map(pool.__getitem__, col_texts),
                                                dtype=np.int32, count=len(col_texts))

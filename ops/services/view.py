@@ -42,12 +42,14 @@ soon after they arrive (zlib, fastest level: a 4.7 kB host record keeps
 decompresses — trading some CPU for memory; while the view is behind its
 stream it applies records first and compresses later (see `_pack`).
 
-Cold start: during the initial load the records are only kept (the last
-per subject, raw); when the consumer is caught up they are lean-decoded and
-the `HostTable` is built column-wise in one go (`HostTable.load_records`),
-with the garbage collector paused for that synchronous step, and the heap
-is trimmed (the freed load buffers go back to the OS).  Live records after
-that are upserted one by one.
+Cold start: during the initial load the host records are built into a new
+`HostTable` a chunk at a time as they arrive (`HostTable.append_records`,
+every `LOAD_CHUNK` records once the catalog is known): lean-decoded and
+written column-wise with the garbage collector paused for each chunk, so
+the building overlaps the receiving and no more than a chunk of records is
+held twice.  When the consumer has caught up the last chunk goes in, the
+table is swapped in and the heap is trimmed (the freed load buffers go
+back to the OS).  Live records after that are upserted one by one.
 
 Restarts and regressions are the follower's (`bus.follower`): nats-py's
 ordered consumer resumes from the last delivered sequence + 1; after every
@@ -85,7 +87,7 @@ from bus.subjects import (
 )
 from projections.coverage import Coverage
 from projections.freshness import status_age
-from projections.host_table import HostTable, pack
+from projections.host_table import LOAD_CHUNK, HostTable, pack
 from projections.select import CompiledSelect, Explanation, compile_select, explain
 from schemas.catalog import Catalog
 from schemas.codec import DECODERS
@@ -153,13 +155,16 @@ def _gc_paused() -> Iterator[None]:
 
 
 class _Load:
-    """A (re)load in progress: the records kept until the consumer has caught up."""
+    """A (re)load in progress: the table built a chunk at a time as the records arrive."""
 
-    __slots__ = ("catalog", "cluster", "coverage", "hosts", "last_subject", "position")
+    __slots__ = ("catalog", "cluster", "coverage", "last_subject", "pending", "position",
+                 "table")
 
     def __init__(self) -> None:
-        self.hosts: dict[str, StoredMessage] = {}
-        """Last record per host subject (empty data: the host was removed)."""
+        self.table: HostTable | None = None
+        """The table being loaded (made once the catalog is known, or at the end)."""
+        self.pending: dict[str, StoredMessage] = {}
+        """Host records not in `table` yet, by subject (the next chunk)."""
         self.catalog: Catalog | None = None
         self.cluster: ClusterSnapshot | None = None
         self.coverage = Coverage()
@@ -448,17 +453,40 @@ class SchedulerView:
             )
 
     def _load_record(self, load: _Load, m: StoredMessage) -> None:
-        """Loading: keep the record; the table is built when the consumer caught up."""
-        if m.subject.startswith(SNAPSHOT_HOST_PREFIX):
-            load.hosts[m.subject] = m
+        """Loading: keep the record; every `LOAD_CHUNK` host records go into the table."""
+        subject = m.subject
+        if subject.startswith(SNAPSHOT_HOST_PREFIX):
+            if m.data:
+                pending = load.pending
+                pending[subject] = m
+                if len(pending) >= LOAD_CHUNK and load.catalog is not None:
+                    self._load_pending(load)
+            else:  # deleted (a reset consumer can repeat a subject): forget what was kept
+                load.pending.pop(subject, None)
+                if load.table is not None:
+                    with contextlib.suppress(SubjectError):
+                        load.table.remove(untoken(subject[len(SNAPSHOT_HOST_PREFIX):]))
         else:
             self._apply_other(m, load)
         load.position = m.seq
         self.applied += 1
         if m.pending == 0:
-            load.last_subject = m.subject  # notified after the swap, when ready
+            load.last_subject = subject  # notified after the swap, when ready
         else:
-            self._notify(m.subject)
+            self._notify(subject)
+
+    def _load_pending(self, load: _Load) -> None:
+        """Put the kept host records into the load's table, column-wise (GC paused)."""
+        table = load.table
+        if table is None:
+            table = load.table = HostTable(load.catalog, on_unreadable=self._unreadable)
+        elif load.catalog is not None and table.catalog != load.catalog:
+            table.set_catalog(load.catalog)  # a catalog after some hosts: rebuilt from bytes
+        kept = list(load.pending.values())
+        load.pending.clear()
+        with _gc_paused():
+            table.append_records([m.data for m in kept],
+                                 on_error=lambda i, exc: self._reject(kept[i], exc))
 
     def _live_record(self, m: StoredMessage) -> None:
         subject = m.subject
@@ -535,17 +563,12 @@ class SchedulerView:
         log.warning("scheduler view: the record of host %s does not decode in full: %s",
                     host, exc)
 
-    def _load_hosts(self, load: _Load, table: HostTable) -> None:
-        """Load the kept host records into `table` (undecodable ones counted and skipped)."""
-        kept = [m for m in load.hosts.values() if m.data]
-        table.load_records([m.data for m in kept],
-                           on_error=lambda i, exc: self._reject(kept[i], exc))
-
     def _finish(self, load: _Load) -> None:
-        """Build the loaded table column-wise and swap it in, all in one synchronous step."""
-        table = HostTable(load.catalog, on_unreadable=self._unreadable)
-        with _gc_paused():
-            self._load_hosts(load, table)
+        """Put the last kept records into the loaded table and swap it in, in one synchronous
+        step."""
+        self._load_pending(load)  # the last chunk (and a catalog that came after the hosts)
+        table = load.table
+        assert table is not None
         if load.cluster is not None:
             table.set_cluster(load.cluster)
         reload = self._loaded.is_set()
@@ -560,7 +583,7 @@ class SchedulerView:
         self.projectors = load.coverage.current
         self._projector_position = load.coverage.position
         self._position = load.position
-        load.hosts.clear()
+        load.table = None
         trim_heap()
         if self._packer is not None:
             self._caught_up.set()  # the load ends with nothing pending
