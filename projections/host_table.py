@@ -65,7 +65,7 @@ from schemas.codec import DECODERS
 from schemas.errors import PayloadError
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ValueEntry
 from schemas.snapshot_lean import ABSENT as ABSENT_ENTRY
-from schemas.snapshot_lean import LeanEntry, LeanRecord, lean_decoder
+from schemas.snapshot_lean import LeanEntry, LeanRecord, TwinEntry, lean_decoder
 from schemas.timestamps import parse_time
 
 ABSENT: Final = 0
@@ -272,6 +272,28 @@ def _string_set(value: Any) -> frozenset[str] | None:
     return result
 
 
+_LeanCodec = tuple[Callable[[bytes], Any], Callable[[Any], Any], list[str],
+                   Callable[[bytes], Any]]
+"""A table's lean decode of host records (twins first, else the strings), its entry reader
+(a record's entries in the order of the names), the host resource names, and the decode of
+records with twins alone (a bulk load tries a whole chunk with it first)."""
+
+
+def _lean_codec(names: list[str]) -> _LeanCodec:
+    """The lean codec of `names` (see `_LeanCodec`)."""
+    twins = lean_decoder(names, TwinEntry)[0].decode
+    strings, entries_of = lean_decoder(names)
+    by_strings = strings.decode
+
+    def decode(data: bytes) -> Any:
+        try:
+            return twins(data)  # no string per value (see TwinEntry)
+        except msgspec.ValidationError:  # a record without twins (older), or invalid
+            return by_strings(data)
+
+    return decode, entries_of, names, twins
+
+
 def _numbers(raw: Sequence[Any]) -> FloatArray:
     """`_numeric_or_nan` of every value: one C-level conversion when all are floats or ints."""
     if set(map(type, raw)) <= {float, int}:
@@ -453,7 +475,7 @@ class HostTable:
         """`on_unreadable(host, error)`: a lean row's record failed its full decode in `get`."""
         self._catalog: Catalog = catalog if catalog is not None else EMPTY_CATALOG
         self._on_unreadable = on_unreadable
-        self._lean: tuple[msgspec.json.Decoder[Any], Callable[[Any], Any], list[str]] | None = None
+        self._lean: _LeanCodec | None = None
         self._unpacked: dict[int, None] = {}
         """Lean rows whose record may be kept uncompressed (an ordered set; see `unpacked`)."""
         """The lean decoder of the catalog's host resources, its entry reader and the names."""
@@ -485,11 +507,11 @@ class HostTable:
         self._lean = None
         self._build_columns()
 
-    def _lean_codec(self) -> tuple[msgspec.json.Decoder[Any], Callable[[Any], Any], list[str]]:
+    def _lean_codec(self) -> _LeanCodec:
         if self._lean is None:
             names = sorted(n for n, spec in self._catalog.resources.items()
                            if spec.scope == "host")
-            self._lean = (*lean_decoder(names), names)
+            self._lean = _lean_codec(names)
         return self._lean
 
     def decode_record(self, data: bytes) -> LeanRecord:
@@ -497,7 +519,7 @@ class HostTable:
 
         Only for `load_rows` / `upsert_row` of this table, before its catalog changes.
         """
-        record: LeanRecord = self._lean_codec()[0].decode(data)
+        record: LeanRecord = self._lean_codec()[0](data)
         return record
 
     def load(self, snapshots: Iterable[HostSnapshot]) -> None:
@@ -543,11 +565,11 @@ class HostTable:
         A record that does not decode is skipped and reported as
         `on_error(index in records, error)`.
         """
-        decode = self._lean_codec()[0].decode
+        decode, _, _, twins = self._lean_codec()
         datas: Sequence[bytes] = records
         try:
-            leans: list[LeanRecord] = list(map(decode, records))
-        except (msgspec.ValidationError, msgspec.DecodeError):  # find which, one by one
+            leans: list[LeanRecord] = list(map(twins, records))
+        except (msgspec.ValidationError, msgspec.DecodeError):  # older or bad ones: one by one
             leans, kept = [], []
             for i, data in enumerate(records):
                 try:
@@ -671,7 +693,7 @@ class HostTable:
             row = self._allocate(host)
         self._snaps[row] = data
         self._unpacked[row] = None
-        _, entries_of, names = self._lean_codec()
+        _, entries_of, names, _ = self._lean_codec()
         columns = self._columns
         put = self._put
         parsed: dict[str, float] = {}  # a report's values mostly share one expires_at
@@ -1073,14 +1095,14 @@ class HostTable:
 
     def _lean_items(self, data: bytes) -> dict[str, LeanEntry]:
         """A lean row's entries by name (its record decoded again: it decoded before)."""
-        decoder, entries_of, names = self._lean_codec()
-        values = decoder.decode(unpack(data)).values
+        decode, entries_of, names, _ = self._lean_codec()
+        values = decode(unpack(data)).values
         return {name: e for name, e in zip(names, entries_of(values), strict=True)
                 if e is not ABSENT_ENTRY}
 
     def _refill_lean(self) -> None:
         """Fill the new columns from every lean row's kept bytes, a chunk at a time."""
-        decode = self._lean_codec()[0].decode
+        decode = self._lean_codec()[0]
         rows = sorted(self._rows.values())
         for start in range(0, len(rows), LOAD_CHUNK):
             part = rows[start:start + LOAD_CHUNK]
@@ -1101,7 +1123,7 @@ class HostTable:
         so the per-value work is numpy's; rows without a value (`ABSENT`) are
         left as they are.
         """
-        _, entries_of, names = self._lean_codec()
+        _, entries_of, names, _ = self._lean_codec()
         n = len(values)
         strings: list[tuple[Column, IntArray, list[str]]] = []
         for name, column in zip(names, zip(*map(entries_of, values), strict=True), strict=False):

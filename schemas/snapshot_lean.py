@@ -46,6 +46,18 @@ class LeanEntry(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Epoch seconds of `expires_at` (absent in records written before the twins)."""
 
 
+class TwinEntry(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """`LeanEntry` for records that carry the `expires_ts` twin (every record the projector
+    writes now): the twin is required and `expires_at` is skipped unread, so a decode builds
+    no string per value.  A record without twins fails this decode (ValidationError) and is
+    read with `LeanEntry` instead; `state` is a Literal, so it is one of the Literal's own
+    strings, not a new one."""
+
+    value: Any
+    state: ValueState
+    expires_ts: float
+
+
 ABSENT: Final = LeanEntry(value=None, state="absent",  # type: ignore[arg-type]  # a sentinel
                           expires_at="", expires_ts=math.inf)
 """What a lean record holds for a resource it has no value of (compare with `is`)."""
@@ -60,8 +72,10 @@ class LeanRecord(Protocol):
     where the record has no value); `lean_entries` reads them all in that order."""
 
 
-def lean_decoder(names: Sequence[str]) -> tuple[msgspec.json.Decoder[Any], Callable[[Any], Any]]:
-    """A decoder of host records that reads only the values of `names`, and its reader.
+def lean_decoder(names: Sequence[str], entry: type[LeanEntry | TwinEntry] = LeanEntry,
+                 ) -> tuple[msgspec.json.Decoder[Any], Callable[[Any], Any]]:
+    """A decoder of host records that reads only the values of `names` (as `entry`), and its
+    reader.
 
     Every resource is a field of one Struct (renamed to its wire name), so a
     record decodes to one object per value and no dict; values of other
@@ -70,7 +84,7 @@ def lean_decoder(names: Sequence[str]) -> tuple[msgspec.json.Decoder[Any], Calla
     """
     fields = [f"v{i}" for i in range(len(names))]
     values = msgspec.defstruct(
-        "LeanValues", [(f, LeanEntry, ABSENT) for f in fields],
+        "LeanValues", [(f, entry, ABSENT) for f in fields],
         rename=dict(zip(fields, names, strict=True)), frozen=True, gc=False, kw_only=True)
     record = msgspec.defstruct(
         "LeanRecord", [("host", str), ("values", values, msgspec.field(default_factory=values))],
