@@ -79,6 +79,9 @@ MAX_MEMBER_COLUMNS: Final = 256
 _INITIAL_CAPACITY: Final = 64
 LOAD_CHUNK: Final = 2048
 """Records decoded at a time by `HostTable.load_records` (bounds the load's transient objects)."""
+SMALL_BATCH: Final = 16
+"""`append_records` of fewer records upserts them one by one (the column-wise passes have a
+fixed cost per column)."""
 _POOL_COMPACT_MIN: Final = 65536
 
 BoolArray = npt.NDArray[np.bool_]
@@ -582,46 +585,46 @@ class HostTable:
             datas = kept
         if not leans:
             return
-        if any(col.members for col in self._columns.values()):  # member columns: upsert them
+        if len(leans) < SMALL_BATCH:  # a few records: row by row costs less
             for lean, data in zip(leans, datas, strict=True):
                 self.upsert_row(lean, data)
             return
         hosts = list(map(_HOST, leans))
         table_rows = self._rows
-        later: list[int] = []
-        if len(set(hosts)) == len(hosts) and table_rows.keys().isdisjoint(hosts):
-            fresh = range(len(leans))
-        else:  # some hosts are known or repeated: those are upserted after the fill
-            seen: set[str] = set()
-            firsts: list[int] = []
-            for i, host in enumerate(hosts):
-                if host in table_rows or host in seen:
-                    later.append(i)
-                else:
-                    seen.add(host)
-                    firsts.append(i)
-            fresh = firsts  # type: ignore[assignment]
-            hosts = [hosts[i] for i in firsts]
-        if fresh:
-            rows = self._take_free(len(fresh))
-            whole = len(fresh) == len(leans)
-            kept_data = datas if whole else [datas[i] for i in fresh]
-            names, snaps = self._names, self._snaps
-            if rows[-1] - rows[0] == len(rows) - 1:  # ascending and contiguous: slices
-                names[rows[0]:rows[-1] + 1] = hosts
-                snaps[rows[0]:rows[-1] + 1] = kept_data
+        last = dict(zip(hosts, range(len(hosts)), strict=True))
+        """Each host's last record (a row depends on nothing else), in first-appearance order."""
+        new = [h for h in last if h not in table_rows]
+        replace = len(new) < len(last) or any(col.members for col in self._columns.values())
+        if new:
+            rows = self._take_free(len(new))
+            names = self._names
+            if rows[-1] - rows[0] == len(rows) - 1:  # ascending and contiguous: a slice
+                names[rows[0]:rows[-1] + 1] = new
             else:
-                for row, host, data in zip(rows, hosts, kept_data, strict=True):
+                for row, host in zip(rows, new, strict=True):
                     names[row] = host
-                    snaps[row] = data
-            table_rows.update(zip(hosts, rows, strict=True))
-            self._unpacked.update(dict.fromkeys(rows))
+            table_rows.update(zip(new, rows, strict=True))
             self._order = None
             self._sorted_names = None
-            self._fill_lean(np.asarray(rows, dtype=np.int64),
-                            list(map(_VALUES, leans if whole else [leans[i] for i in fresh])))
-        for i in later:
-            self.upsert_row(leans[i], datas[i])
+        if len(last) == len(leans) and not replace:  # the usual load chunk: all new, in order
+            at = range(len(leans))
+            all_rows = rows
+        else:
+            at = list(last.values())  # type: ignore[assignment]
+            all_rows = list(map(table_rows.__getitem__, last))
+        snaps = self._snaps
+        if all_rows[-1] - all_rows[0] == len(all_rows) - 1 and not replace:
+            snaps[all_rows[0]:all_rows[-1] + 1] = datas if len(at) == len(datas) else [
+                datas[i] for i in at]
+        else:
+            for row, i in zip(all_rows, at, strict=True):
+                snaps[row] = datas[i]
+        self._unpacked.update(dict.fromkeys(all_rows))
+        self._fill_lean(np.asarray(all_rows, dtype=np.int64),
+                        list(map(_VALUES, leans if len(at) == len(leans) else
+                                 [leans[i] for i in at])), replace=replace)
+        if replace:
+            self._compact_pool()
 
     def _take_free(self, n: int) -> list[int]:
         """`n` rows for new hosts, the ones `_allocate` would give one by one (ascending)."""
@@ -1076,6 +1079,7 @@ class HostTable:
             col.t_arr[idx] = fresh & trues
             col.f_arr[idx] = fresh & falses
         elif kind == "string":
+            col.values[idx] = -1  # the fresh rows get their codes from `_fill_string_codes`
             where = np.flatnonzero(fresh)
             return idx[where], [raw[i] for i in where.tolist()]
         else:
@@ -1091,6 +1095,9 @@ class HostTable:
             col.values[idx] = np.fromiter(
                 (len(v) if v is not None else 0 for v in kept) if None in kept
                 else map(len, cast("list[frozenset[str]]", kept)), dtype=np.float64, count=n)
+            for member, mcol in col.members.items():  # (none in a new column)
+                mcol[idx] = np.fromiter((v is not None and member in v for v in kept),
+                                        dtype=np.bool_, count=n)
         return None
 
     def _lean_items(self, data: bytes) -> dict[str, LeanEntry]:
@@ -1115,13 +1122,14 @@ class HostTable:
         assert isinstance(doc, bytes), row
         return unpack(doc)
 
-    def _fill_lean(self, rows: IntArray, values: list[Any]) -> None:
+    def _fill_lean(self, rows: IntArray, values: list[Any], *, replace: bool = False) -> None:
         """Write the decoded values of `rows` into every column, one column at a time.
 
         The entries are transposed into columns in C (`zip`) and each
         column's are read with C-level passes (`map` of an attribute getter),
         so the per-value work is numpy's; rows without a value (`ABSENT`) are
-        left as they are.
+        left as they are, or with `replace` (rows that may hold values, member
+        columns that may exist) cleared as `_put` clears a cell.
         """
         _, entries_of, names, _ = self._lean_codec()
         n = len(values)
@@ -1134,6 +1142,8 @@ class HostTable:
             present = codes != ABSENT
             idx = rows
             if not present.all():
+                if replace:
+                    self._clear_cells(col, rows[~present])
                 if not present.any():
                     continue
                 where = np.flatnonzero(present)
@@ -1153,6 +1163,30 @@ class HostTable:
                 strings.append((col, *fresh_strings))
         if strings:
             self._fill_string_codes(strings)
+
+    @staticmethod
+    def _clear_cells(col: Column, rows: IntArray) -> None:
+        """`_put(col, row, ABSENT, inf, None)` of every row in `rows` (vectorised)."""
+        rows = rows[col.state[rows] != ABSENT]
+        if not len(rows):
+            return
+        col.state[rows] = ABSENT
+        col.expires[rows] = math.inf
+        col.fresh[rows] = False
+        col.stale_flag[rows] = False
+        if col.kind == "string":
+            col.values[rows] = -1
+        else:
+            col.values[rows] = 0
+        if col.kind == "boolean":
+            col.t_arr[rows] = False
+            col.f_arr[rows] = False
+        elif col.kind == "string_set":
+            sets = col.sets
+            for row in rows.tolist():
+                sets[row] = None
+            for mcol in col.members.values():
+                mcol[rows] = False
 
     def _fill_string_codes(self, columns: list[tuple[Column, IntArray, list[str]]]) -> None:
         """Intern the fresh strings of `columns` row by row (as upserts would), then code them."""

@@ -237,3 +237,40 @@ def test_packing_keeps_the_answers_and_skips_rows_that_changed() -> None:
     assert table.unpacked(10) == [(2, newer)]
     table.set_catalog(CATALOG)  # rebuilt from packed and unpacked bytes alike
     assert compile_select("free > 40", CATALOG).select(table, NOW) == ["h2"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(_SNAPSHOTS, max_size=12), min_size=1, max_size=6),
+       st.lists(st.sampled_from(["h0", "h1", "h2", "a", "b"]), max_size=3),
+       st.sampled_from(["", "a", "b"]), st.booleans())
+def test_batches_equal_upserts_one_by_one(batches: list[list[HostSnapshot]], removed: list[str],
+                                          member: str, twins: bool) -> None:
+    """`append_records` of batches — new hosts, hosts the table has (rewritten in place,
+    cells the new record lacks cleared), repeats within a batch, removals between batches,
+    member columns already built; records with and without twins — gives the table (and the member columns) that
+    `upsert_row` of every record in turn gives."""
+    one_by_one = HostTable(CATALOG)
+    batched = HostTable(CATALOG)
+    if member:  # a member column built before any row, maintained by every write after
+        for table in (one_by_one, batched):
+            col = table.column("tags")
+            assert col is not None
+            col.member(member)
+    with mock.patch.object(host_table, "SMALL_BATCH", 1):
+        for i, snaps in enumerate(batches):
+            records = [_with_twins(encode(s)) if twins else encode(s) for s in snaps]
+            for r in records:
+                _upsert(one_by_one, r)
+            batched.append_records(records)
+            if i == 0:
+                for table in (one_by_one, batched):
+                    for host in removed:
+                        table.remove(host)
+    _assert_same_table(batched, one_by_one, strict_pool=False, same_docs=False)
+    for name in ("tags", "ds"):
+        col, other = one_by_one.column(name), batched.column(name)
+        assert col is not None and other is not None
+        assert col.members.keys() == other.members.keys()
+        for m, bits in col.members.items():
+            assert np.array_equal(other.members[m], bits), (name, m)
+    _assert_same_answers(batched, one_by_one, sorted(one_by_one.hosts()))

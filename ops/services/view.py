@@ -101,6 +101,8 @@ COMPILE_CACHE_SIZE: Final = 4096
 """Compiled expressions kept per catalog (oldest dropped first)."""
 PACK_BATCH: Final = 32
 """Records compressed per step of the packer (about a millisecond)."""
+LIVE_BATCH: Final = 256
+"""Live host records applied together at most (while the view is behind its stream)."""
 TRIM_AFTER: Final = 4096
 """Records compressed in one go after which the heap is trimmed (their buffers are free)."""
 
@@ -225,6 +227,10 @@ class SchedulerView:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._listeners: list[Listener] = []
         self._compiled: dict[str, CompiledSelect] = {}
+        self._batch: list[StoredMessage] = []
+        """Live host records received while more were pending, applied together (see
+        `_live_record`)."""
+        self._batch_due = False
         self.applied = 0
         """Records applied since `start`."""
         self.rejected = 0
@@ -490,13 +496,21 @@ class SchedulerView:
 
     def _live_record(self, m: StoredMessage) -> None:
         subject = m.subject
+        if m.data and subject.startswith(SNAPSHOT_HOST_PREFIX):
+            batch = self._batch
+            batch.append(m)
+            if not m.pending or len(batch) >= LIVE_BATCH:
+                self._apply_batch()
+            elif not self._batch_due:  # more records are on their way: apply them together
+                self._batch_due = True
+                asyncio.get_running_loop().call_soon(self._apply_batch)
+            return
+        if self._batch:
+            self._apply_batch()  # stream order: the host records before this one first
         try:
             if subject.startswith(SNAPSHOT_HOST_PREFIX):
-                if m.data:
-                    table = self.table
-                    table.upsert_row(table.decode_record(m.data), m.data)
-                else:  # a purge or delete marker: the host is gone
-                    self.table.remove(untoken(subject[len(SNAPSHOT_HOST_PREFIX):]))
+                # a purge or delete marker: the host is gone
+                self.table.remove(untoken(subject[len(SNAPSHOT_HOST_PREFIX):]))
             else:
                 self._apply_other(m, None)
         except (msgspec.ValidationError, msgspec.DecodeError, SubjectError) as exc:
@@ -512,6 +526,29 @@ class SchedulerView:
         if self._waiters:
             self._release_waiters()
         self._notify(subject)
+
+    def _apply_batch(self) -> None:
+        """Apply the live host records kept by `_live_record`, column-wise when there are
+        many (`HostTable.append_records`), then account for each in stream order."""
+        self._batch_due = False
+        batch = self._batch
+        if not batch:
+            return
+        self._batch = []
+        self.table.append_records([m.data for m in batch],
+                                  on_error=lambda i, exc: self._reject(batch[i], exc))
+        last = batch[-1]
+        self._position = last.seq
+        self.applied += len(batch)
+        if self._packer is not None:
+            self._pack_wanted.set()
+            if last.pending:
+                self._caught_up.clear()
+            else:
+                self._caught_up.set()
+        if self._listeners:
+            for m in batch:
+                self._notify(m.subject)
 
     def _notify(self, subject: str) -> None:
         if self._listeners:
@@ -572,6 +609,7 @@ class SchedulerView:
         if load.cluster is not None:
             table.set_cluster(load.cluster)
         reload = self._loaded.is_set()
+        self._batch = []  # the old consumer's records: the new load has them
         # The swap: no await in between, so readers see the old state or the new one.
         self.table = table
         if load.catalog != self.catalog:
