@@ -247,8 +247,8 @@ def test_batches_equal_upserts_one_by_one(batches: list[list[HostSnapshot]], rem
                                           member: str, twins: bool) -> None:
     """`append_records` of batches — new hosts, hosts the table has (rewritten in place,
     cells the new record lacks cleared), repeats within a batch, removals between batches,
-    member columns already built; records with and without twins — gives the table (and the member columns) that
-    `upsert_row` of every record in turn gives."""
+    member columns already built; records with and without twins — gives the table (and
+    the member columns) that `upsert_row` of every record in turn gives."""
     one_by_one = HostTable(CATALOG)
     batched = HostTable(CATALOG)
     if member:  # a member column built before any row, maintained by every write after
@@ -269,7 +269,8 @@ def test_batches_equal_upserts_one_by_one(batches: list[list[HostSnapshot]], rem
     _assert_same_table(batched, one_by_one, strict_pool=False, same_docs=False)
     for name in ("tags", "ds"):
         col, other = one_by_one.column(name), batched.column(name)
-        assert col is not None and other is not None
+        assert col is not None
+        assert other is not None
         assert col.members.keys() == other.members.keys()
         for m, bits in col.members.items():
             assert np.array_equal(other.members[m], bits), (name, m)
