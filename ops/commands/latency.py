@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-import numpy as np
 from nats.js.api import DeliverPolicy
 
 from bus.connection import connect
@@ -38,6 +37,7 @@ from bus.subjects import (
     untoken,
 )
 from projections.host_table import expires_seconds
+from projections.percentile import percentiles
 from schemas.duration import parse_duration
 from schemas.errors import SubjectError
 
@@ -193,9 +193,8 @@ def slowest(events: list[_Event], n: int = 10) -> list[SlowReport]:
 def _percentiles(samples: list[float]) -> Percentiles:
     if not samples:
         return Percentiles(n=0)
-    p50, p95, p99 = np.percentile(np.asarray(samples), [50, 95, 99])
-    return Percentiles(n=len(samples), p50=round(float(p50), 6), p95=round(float(p95), 6),
-                       p99=round(float(p99), 6))
+    p50, p95, p99 = percentiles(samples, (50, 95, 99))
+    return Percentiles(n=len(samples), p50=round(p50, 6), p95=round(p95, 6), p99=round(p99, 6))
 
 
 NO_SNAPSHOT_SAMPLE = (
