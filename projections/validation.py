@@ -11,7 +11,9 @@ records it on the reporter and keeps the previous value.
 from __future__ import annotations
 
 import math
-from typing import Any, Final
+from typing import Annotated, Any, Final
+
+from msgspec import Meta
 
 from schemas.catalog import ResourceSpec
 from schemas.events import Device
@@ -115,6 +117,29 @@ def validate_value(name: str, spec: ResourceSpec, value: Any) -> Any:
     if len(members) > spec.max_items:
         return Rejected(f"{short(name)}: {len(members)} members exceed max_items {spec.max_items}")
     return members
+
+
+def value_type(spec: ResourceSpec) -> Any:
+    """The msgspec type of `validate_value`'s rule for `spec`, for a typed decoder.
+
+    It accepts a subset of what `validate_value` accepts *unchanged* (a
+    string set only if its members are strings; sorting and de-duplicating
+    stay with the caller): a report that decodes with it needs no further
+    check, and one that does not is checked value by value with
+    `validate_value`, which says why.  The fold's fast path decodes with it
+    (`projections.plan`); tests/test_validation.py holds the two to agreement.
+    """
+    if spec.kind == "numeric":
+        lo = spec.min if spec.min is not None else -FLOAT_MAX
+        hi = spec.max if spec.max is not None else FLOAT_MAX
+        int_meta = Meta(ge=math.ceil(lo) if spec.min is not None else None,
+                        le=math.floor(hi) if spec.max is not None else None)
+        return Annotated[int, int_meta] | Annotated[float, Meta(ge=lo, le=hi)] | None
+    if spec.kind == "boolean":
+        return bool | None
+    if spec.kind == "string":
+        return Annotated[str, Meta(max_length=spec.max_length)] | None
+    return Annotated[list[str], Meta(max_length=spec.max_items)] | None
 
 
 def validate_devices(devices: list[Device]) -> Rejected | None:
