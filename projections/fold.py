@@ -1,12 +1,34 @@
 """The pure fold: `state x event -> state` (`apply`) and `state x now -> state` (`expire`).
 
-No IO, no clock, no logging: time comes only from `Envelope.received_at` (the
-JetStream server timestamp) or the `now` passed to `expire`, so live
-projection and replay run this same code and agree byte for byte.  Bad input
-never raises: an event that cannot be applied comes back as
-`Changes.deadletter` (a reason) and leaves the state as it was, apart from
-`state.seq`.  Semantics are DESIGN §3-§5; the decisions where it is silent
-are written beside the code that makes them.
+Where a report becomes a snapshot value — the path of one stored message:
+
+1. `apply(state, env)` first runs expiry up to the message's receive time
+   (`env.received_at`, the JetStream server timestamp), then parses the
+   subject (cached per subject).
+2. A report from a reporter the catalog knows is decoded by that reporter's
+   typed decoder (`projections.plan.ReporterPlan.decoder`); if every value
+   it owns is there and valid, the decode *was* the validation and the
+   report is stored as decoded (`_fast_report`, the hot path).
+3. Anything else is decoded once, generically (`_apply`), and dispatched on
+   its type with `match`: a report is checked value by value
+   (`projections.validation.validate_value`; rejected values are counted on
+   the reporter with their reasons, the rest is stored), an inventory or a
+   health event updates its reporter.  What cannot be applied at all comes
+   back as `Changes.deadletter` (a reason) for the projector to dead-letter.
+4. Accepted values land in `projections.state` as a `Batch` per report, and
+   their deadlines go on the state's heap (`Deadline`); `expire` turns them
+   stale when they come due.
+5. `projections.state.host_snapshot` / `cluster_snapshot` build the
+   snapshot records (DESIGN §4) from the state; the projector publishes
+   them for the records `Changes` names.
+
+No IO, no clock, no logging: time comes only from `Envelope.received_at` or
+the `now` passed to `expire`, so live projection and replay run this same
+code and agree byte for byte.  Bad input never raises: an event that cannot
+be applied leaves the state as it was, apart from `state.seq`.  The catalog
+in force is compiled once into a frozen `projections.plan.CatalogPlan`.
+Semantics are DESIGN §3-§5; the decisions where it is silent are written
+beside the code that makes them.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The projection state the fold mutates, and the snapshot records built from it.
 
 One `ProjectionState` is owned by one fold (the live projector, or a replay).
-It holds only what the snapshot needs, in compact mutable records; the wire
+It holds only what the snapshot needs, in compact mutable records, plus the
+compiled catalog it was folded with (`plan`, frozen: `projections.plan`); the wire
 Structs of `schemas.snapshot` are built on demand by `host_snapshot` and
 `cluster_snapshot`.  Everything here is a deterministic function of the
 events applied and the `now`s passed to `expire`: no clock, no randomness,
