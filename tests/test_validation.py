@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections.validation import Rejected, validate_value, value_type
+from projections.validation import Rejected, normalize, validate_value, value_type
 from schemas.catalog import ResourceSpec
 
 _bounds = st.one_of(st.none(), st.floats(-1e6, 1e6, allow_nan=False), st.integers(-10**6, 10**6))
@@ -85,3 +85,22 @@ def test_a_rejection_names_the_resource_and_the_rule() -> None:
         "scratch_free: -1 is below the minimum 0")
     assert validate_value("scratch_free", spec, math.inf) == Rejected(
         "scratch_free: expected a finite number, got Infinity")
+
+
+@settings(max_examples=400, deadline=None)
+@given(spec=specs(), value=values)
+def test_a_reader_sees_every_value_the_rule_accepted(spec: ResourceSpec, value: Any) -> None:
+    """`normalize` (the snapshot reader's half) keeps what `validate_value` accepted, in its
+    `select[]` form, and refuses only what the rule refuses too."""
+    checked = validate_value("x", spec, value)
+    seen = normalize(spec.kind, value)
+    if isinstance(checked, Rejected):
+        return
+    if checked is None:
+        assert seen is None
+    elif spec.kind == "numeric":
+        assert seen == float(checked)
+    elif spec.kind == "string_set":
+        assert seen == frozenset(checked)
+    else:
+        assert seen == checked
