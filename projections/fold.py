@@ -361,7 +361,7 @@ def _fast_report(state: ProjectionState, env: Envelope, addr: EventAddress) -> b
     more, generically, to sort out value by value what is wrong.  A string: the
     dead-letter reason of a report from someone its subject does not name.
     """
-    reporter, host = addr.reporter, addr.host
+    _, reporter, host = addr
     plan = state.plan.reporters.get((reporter, "cluster" if host is None else "host"))
     if plan is None:  # none before the first catalog
         return False
