@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any, Final
 
-from ops.host_status import STATUS_HELP, host_status
-from ops.reporter_health import FAILING_STATES
+from ops.services.host_status import STATUS_HELP, host_status
+from ops.services.reporter_health import FAILING_STATES
 from projections.freshness import entry_state
 from projections.host_table import expires_seconds
 from schemas.catalog import Catalog
@@ -73,7 +73,7 @@ def render_hosts(
 ) -> str:
     """A table with one row per host and one column per resource (sorted), then cluster values.
 
-    With `now`, a STATUS column (see `ops.host_status`) follows HOST and values
+    With `now`, a STATUS column (see `ops.services.host_status`) follows HOST and values
     are shown as they are at `now`.
     """
     names = resources or sorted({n for h in hosts for n in h.values})

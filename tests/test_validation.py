@@ -16,14 +16,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from projections.validation import Rejected, normalize, validate_value, value_type
-from schemas.catalog import ResourceSpec
+from schemas.catalog import Kind, ResourceSpec
+
+KINDS: list[Kind] = ["numeric", "boolean", "string", "string_set"]
 
 _bounds = st.one_of(st.none(), st.floats(-1e6, 1e6, allow_nan=False), st.integers(-10**6, 10**6))
 
 
 @st.composite
 def specs(draw: st.DrawFn) -> ResourceSpec:
-    kind = draw(st.sampled_from(["numeric", "boolean", "string", "string_set"]))
+    kind = draw(st.sampled_from(KINDS))
     lo, hi = draw(_bounds), draw(_bounds)
     if lo is not None and hi is not None and lo > hi:
         lo, hi = hi, lo
@@ -40,10 +42,9 @@ values = st.one_of(_scalars, st.lists(st.one_of(st.text(max_size=3), st.integers
 
 
 def _typed(spec: ResourceSpec, value: Any) -> tuple[bool, Any]:
-    """(decoded?, the value as decoded) by a one-field struct of `value_type(spec)`."""
-    holder = msgspec.defstruct("Holder", [("v", value_type(spec))])
+    """(decoded?, the value as decoded) with `value_type(spec)`."""
     try:
-        return True, msgspec.json.decode(msgspec.json.encode({"v": value}), type=holder).v
+        return True, msgspec.json.decode(msgspec.json.encode(value), type=value_type(spec))
     except msgspec.ValidationError:
         return False, None
 

@@ -36,7 +36,7 @@ from bus.subjects import (
     SNAPSHOT_STREAM,
     host_snapshot_subject,
 )
-from ops.snapshot_reader import SnapshotContents, absorb
+from ops.services.snapshot_reader import SnapshotContents, absorb
 from schemas.codec import decode
 from schemas.errors import CrrTimeoutError, PayloadError
 from schemas.events import DeadLetter
