@@ -139,7 +139,7 @@ def apply(state: ProjectionState, env: Envelope) -> Changes:
     acc = None
     if heap and heap[0].due <= t:
         # Most due entries are of overwritten batches: drop them without further ado.
-        while heap and heap[0].due <= t and (b := heap[0].batch) is not None and b.dead:
+        while heap and (top := heap[0]).due <= t and (b := top.batch) is not None and b.dead:
             heapq.heappop(heap)
         if heap and heap[0].due <= t:
             acc = _Acc(env.seq, t)
