@@ -57,6 +57,9 @@ class CatalogPlan(msgspec.Struct, frozen=True, kw_only=True):
     """resource -> interval + grace."""
     reporter_life: dict[str, float]
     """reporter -> seconds it may stay quiet (the reporters the catalog names)."""
+    uniform_life: dict[tuple[str, Scope], float]
+    """(reporter, scope) -> `ReporterPlan.uniform_life` where there is one (one lookup
+    for the snapshot record builders)."""
 
     def declared(self, reporter: str, scope: Scope) -> dict[str, ResourceSpec]:
         """The resources `reporter` may report on a `scope` subject (empty if none)."""
@@ -73,7 +76,8 @@ class CatalogPlan(msgspec.Struct, frozen=True, kw_only=True):
 
 _NO_RULES: Final[dict[str, ResourceSpec]] = {}
 
-EMPTY_PLAN: Final = CatalogPlan(catalog=None, reporters={}, lifetimes={}, reporter_life={})
+EMPTY_PLAN: Final = CatalogPlan(catalog=None, reporters={}, lifetimes={}, reporter_life={},
+                                uniform_life={})
 """The plan of a state that has seen no catalog: nothing can be validated yet."""
 
 
@@ -97,8 +101,10 @@ def compile_plan(catalog: Catalog) -> CatalogPlan:
             uniform_life=lives.pop() if len(lives) == 1 else None,
             silent_life=reporter_life[key[0]],
         )
+    uniform_life = {key: rp.uniform_life for key, rp in reporters.items()
+                    if rp.uniform_life is not None}
     return CatalogPlan(catalog=catalog, reporters=reporters, lifetimes=lifetimes,
-                       reporter_life=reporter_life)
+                       reporter_life=reporter_life, uniform_life=uniform_life)
 
 
 def _full_report_decoder(reporter: str, names: tuple[str, ...],
