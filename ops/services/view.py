@@ -501,9 +501,12 @@ class SchedulerView:
             batch.append(m)
             if not m.pending or len(batch) >= LIVE_BATCH:
                 self._apply_batch()
-            elif not self._batch_due:  # more records are on their way: apply them together
-                self._batch_due = True
-                asyncio.get_running_loop().call_soon(self._apply_batch)
+            else:  # more records are on their way: apply them together
+                if self._packer is not None:
+                    self._caught_up.clear()  # behind: no compressing until applied
+                if not self._batch_due:
+                    self._batch_due = True
+                    asyncio.get_running_loop().call_soon(self._apply_batch)
             return
         if self._batch:
             self._apply_batch()  # stream order: the host records before this one first
