@@ -26,7 +26,8 @@ from nats.js.api import (
     SubjectTransform,
 )
 
-from bus.subjects import (
+from schemas.errors import StreamConfigError
+from schemas.subjects import (
     CATALOG,
     EVENT_SUBJECTS,
     EVENTS_STREAM,
@@ -35,7 +36,6 @@ from bus.subjects import (
     SNAPSHOT_STREAM,
     SNAPSHOT_SUBJECTS,
 )
-from schemas.errors import StreamConfigError
 
 DEFAULT_EVENTS_MAX_AGE = 24 * 3600.0
 DUPLICATE_WINDOW = 120.0

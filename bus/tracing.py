@@ -45,7 +45,7 @@ from opentelemetry.trace import Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import Attributes
 
-from bus.subjects import EVENT_TYPES, PREFIX, SNAPSHOT_HOST_PREFIX
+from schemas.subjects import EVENT_TYPES, PREFIX, SNAPSHOT_HOST_PREFIX
 
 __all__ = [
     "Span", "SpanContext", "Status", "StatusCode", "consume", "current_span_context",

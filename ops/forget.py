@@ -39,7 +39,12 @@ import nats.js.errors
 from nats.aio.client import Client
 
 from bus.ordered import OrderedReader, StoredMessage
-from bus.subjects import (
+from projections.coverage import Coverage
+from schemas.codec import decode, encode
+from schemas.errors import CrrError, CrrTimeoutError
+from schemas.events import Forget
+from schemas.snapshot import ProjectorStatus
+from schemas.subjects import (
     ADMIN_HOST_PREFIX,
     EVENTS_STREAM,
     SNAPSHOT_PROJECTOR,
@@ -48,12 +53,7 @@ from bus.subjects import (
     host_snapshot_subject,
     token,
 )
-from projections.coverage import Coverage
-from schemas.codec import decode, encode
-from schemas.errors import CrrError, CrrTimeoutError
-from schemas.events import Forget
-from schemas.snapshot import ProjectorStatus
-from schemas.timestamps import format_time
+from schemas.wire_time import format_time
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,12 @@ from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
 from bus.ordered import OrderedReader, StoredMessage
-from bus.subjects import CATALOG, EVENTS_STREAM, published_subject, token
 from ops.replay import stream_range
 from projections.envelope import Envelope
 from projections.timeline import HostTimeline, replay_timeline
 from schemas.errors import CrrError
-from schemas.timestamps import format_time
+from schemas.subjects import CATALOG, EVENTS_STREAM, published_subject, token
+from schemas.wire_time import format_time
 
 MAX_WINDOW_EVENTS: Final = 50_000
 """Most events of one host inside a window (beyond that: ask for a shorter window)."""

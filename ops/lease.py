@@ -48,9 +48,9 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 
-from bus.subjects import PREFIX, SNAPSHOT_STREAM
 from schemas.errors import CrrError, LeaseLostError
-from schemas.timestamps import format_time
+from schemas.subjects import PREFIX, SNAPSHOT_STREAM
+from schemas.wire_time import format_time
 
 log = logging.getLogger("crr.lease")
 

@@ -41,9 +41,9 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
-from bus.subjects import SNAPSHOT_CLUSTER, SNAPSHOT_HOST_PREFIX, parse_event_subject
 from projections.host_table import expires_seconds
 from schemas.errors import SubjectError
+from schemas.subjects import SNAPSHOT_CLUSTER, SNAPSHOT_HOST_PREFIX, parse_event_subject
 
 if TYPE_CHECKING:
     from bus.ordered import StoredMessage

@@ -52,7 +52,10 @@ from pathlib import Path
 from typing import Literal
 
 from bus.server import NatsServer
-from bus.subjects import (
+from schemas.catalog import Catalog
+from schemas.catalog_loader import load_catalog
+from schemas.errors import CrrError
+from schemas.subjects import (
     EVENT_TYPES,
     EVENTS_STREAM,
     SNAPSHOT_CATALOG,
@@ -60,9 +63,6 @@ from bus.subjects import (
     SNAPSHOT_STREAM,
     token,
 )
-from schemas.catalog import Catalog
-from schemas.catalog_loader import load_catalog
-from schemas.errors import CrrError
 
 AuthMode = Literal["nkey", "password"]
 

@@ -68,17 +68,6 @@ from bus.connection import add_reconnect_listener
 from bus.ordered import OrderedReader, StoredMessage
 from bus.stream_check import Generations, Seen, lost
 from bus.streams import StreamSettings, owns, provision, stored_partitions
-from bus.subjects import (
-    CATALOG,
-    DEADLETTER,
-    EVENTS_STREAM,
-    SNAPSHOT_CATALOG,
-    SNAPSHOT_CLUSTER,
-    SNAPSHOT_PROJECTOR,
-    SNAPSHOT_STREAM,
-    host_snapshot_subject,
-    published_subject,
-)
 from ops.checkpoint_read import RawRecords, load_checkpoint
 from ops.lease import Lease
 from ops.metrics import ProjectorMetrics
@@ -94,7 +83,18 @@ from schemas.codec import DECODERS, encode
 from schemas.errors import CrrError, LeaseLostError, StreamConfigError
 from schemas.events import DeadLetter
 from schemas.snapshot import CHECKPOINT_FORMAT, ProjectorStatus
-from schemas.timestamps import format_time, parse_time
+from schemas.subjects import (
+    CATALOG,
+    DEADLETTER,
+    EVENTS_STREAM,
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_CLUSTER,
+    SNAPSHOT_PROJECTOR,
+    SNAPSHOT_STREAM,
+    host_snapshot_subject,
+    published_subject,
+)
+from schemas.wire_time import format_time, parse_time
 
 log = logging.getLogger("crr.projector")
 

@@ -44,7 +44,15 @@ from nats.js.api import DeliverPolicy
 from bus.follower import load_compacted
 from bus.ordered import OrderedReader, StoredMessage
 from bus.streams import owner
-from bus.subjects import (
+from ops.progress import Progress
+from projections.coverage import Coverage
+from projections.envelope import Envelope
+from projections.history import Replay
+from schemas.codec import decode
+from schemas.duration import parse_duration
+from schemas.errors import CrrError, CrrTimeoutError, DurationError, PayloadError
+from schemas.snapshot import ProjectorStatus
+from schemas.subjects import (
     CATALOG,
     EVENTS_STREAM,
     SNAPSHOT_CATALOG,
@@ -56,15 +64,7 @@ from bus.subjects import (
     published_subject,
     token,
 )
-from ops.progress import Progress
-from projections.coverage import Coverage
-from projections.envelope import Envelope
-from projections.history import Replay
-from schemas.codec import decode
-from schemas.duration import parse_duration
-from schemas.errors import CrrError, CrrTimeoutError, DurationError, PayloadError
-from schemas.snapshot import ProjectorStatus
-from schemas.timestamps import format_time, parse_time
+from schemas.wire_time import format_time, parse_time
 
 CHUNK: Final = 256 << 10
 """Bytes read from an export file at a time, decoded as one JSON array (small: cache-warm)."""

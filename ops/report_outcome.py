@@ -27,7 +27,12 @@ import nats.js.errors
 from nats.aio.client import Client
 
 from bus.ordered import OrderedReader, StoredMessage
-from bus.subjects import (
+from ops.snapshot_reader import SnapshotContents, absorb
+from schemas.codec import decode
+from schemas.errors import CrrTimeoutError, PayloadError
+from schemas.events import DeadLetter
+from schemas.snapshot import ClusterSnapshot, HostSnapshot
+from schemas.subjects import (
     DEADLETTER,
     EVENTS_STREAM,
     SNAPSHOT_CATALOG,
@@ -36,11 +41,6 @@ from bus.subjects import (
     SNAPSHOT_STREAM,
     host_snapshot_subject,
 )
-from ops.snapshot_reader import SnapshotContents, absorb
-from schemas.codec import decode
-from schemas.errors import CrrTimeoutError, PayloadError
-from schemas.events import DeadLetter
-from schemas.snapshot import ClusterSnapshot, HostSnapshot
 
 OutcomeState = Literal["applied", "rejected", "deadlettered", "pending", "not_applied"]
 

@@ -54,14 +54,6 @@ from litestar.response import File, ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 from litestar.static_files import create_static_files_router
 
-from bus.subjects import (
-    SNAPSHOT_CATALOG,
-    SNAPSHOT_CLUSTER,
-    SNAPSHOT_HOST_PREFIX,
-    SNAPSHOT_PROJECTOR,
-    is_projector_status,
-    untoken,
-)
 from ops import api_docs
 from ops.liveness import silent_after as configured_silent_after
 from ops.metrics import ViewMetrics
@@ -79,7 +71,15 @@ from projections.select import Explanation, Section
 from schemas.catalog import ResourceSpec
 from schemas.errors import CrrError, ExpressionError, NotReadyError, SubjectError
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus, ValueState
-from schemas.timestamps import format_time
+from schemas.subjects import (
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_CLUSTER,
+    SNAPSHOT_HOST_PREFIX,
+    SNAPSHOT_PROJECTOR,
+    is_projector_status,
+    untoken,
+)
+from schemas.wire_time import format_time
 
 log = logging.getLogger("crr.api")
 

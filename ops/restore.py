@@ -32,14 +32,6 @@ import nats.js.errors
 from nats.js.client import JetStreamContext
 
 from bus.streams import owner
-from bus.subjects import (
-    CATALOG,
-    EVENTS_STREAM,
-    SNAPSHOT_CATALOG,
-    SNAPSHOT_CLUSTER,
-    SNAPSHOT_HOST_PREFIX,
-    untoken,
-)
 from ops.checkpoint_read import RawRecords
 from ops.replay import status_subject
 from projections.checkpoint import (
@@ -58,6 +50,14 @@ from schemas.catalog_loader import catalog_from_wire
 from schemas.codec import DECODERS
 from schemas.errors import CatalogError, SubjectError
 from schemas.snapshot import CHECKPOINT_FORMAT, ProjectorStatus
+from schemas.subjects import (
+    CATALOG,
+    EVENTS_STREAM,
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_CLUSTER,
+    SNAPSHOT_HOST_PREFIX,
+    untoken,
+)
 
 _status: msgspec.json.Decoder[ProjectorStatus] = DECODERS[ProjectorStatus]
 

@@ -8,7 +8,11 @@ from nats.aio.client import Client
 
 from bus.follower import load_compacted
 from bus.ordered import StoredMessage
-from bus.subjects import (
+from projections.coverage import Coverage
+from schemas.catalog import Catalog
+from schemas.codec import decode
+from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus
+from schemas.subjects import (
     SNAPSHOT_CATALOG,
     SNAPSHOT_CLUSTER,
     SNAPSHOT_HOST_PREFIX,
@@ -16,10 +20,6 @@ from bus.subjects import (
     is_projector_status,
     untoken,
 )
-from projections.coverage import Coverage
-from schemas.catalog import Catalog
-from schemas.codec import decode
-from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus
 
 
 @dataclass

@@ -24,12 +24,12 @@ from nats.aio.client import Client
 
 from bus import tracing
 from bus.pipeline_publish import PipelinePublisher
-from bus.subjects import DEADLETTER
 from ops.checkpoint_read import RawRecords
 from ops.lease import Lease, is_fence_busy, is_fence_refusal
 from schemas.codec import encode
 from schemas.errors import LeaseLostError
 from schemas.events import DeadLetter
+from schemas.subjects import DEADLETTER
 
 WRITE_WINDOW = 512
 

@@ -75,14 +75,6 @@ from nats.aio.client import Client
 
 from bus.follower import Follower
 from bus.ordered import StoredMessage
-from bus.subjects import (
-    SNAPSHOT_CATALOG,
-    SNAPSHOT_CLUSTER,
-    SNAPSHOT_HOST_PREFIX,
-    SNAPSHOT_STREAM,
-    is_projector_status,
-    untoken,
-)
 from projections.coverage import Coverage
 from projections.freshness import status_age
 from projections.host_table import HostTable, pack
@@ -91,6 +83,14 @@ from schemas.catalog import Catalog
 from schemas.codec import DECODERS
 from schemas.errors import CrrError, CrrTimeoutError, NotReadyError, SubjectError
 from schemas.snapshot import ClusterSnapshot, ProjectorStatus
+from schemas.subjects import (
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_CLUSTER,
+    SNAPSHOT_HOST_PREFIX,
+    SNAPSHOT_STREAM,
+    is_projector_status,
+    untoken,
+)
 
 log = logging.getLogger("crr.view")
 

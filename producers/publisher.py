@@ -16,10 +16,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
-from bus.subjects import event_subject, msg_id
 from schemas.codec import encode
 from schemas.events import Device, Health, HealthState, Inventory, Pool, Report
-from schemas.timestamps import format_time
+from schemas.subjects import event_subject, msg_id
+from schemas.wire_time import format_time
 
 Keep = Literal["latest", "all"]
 

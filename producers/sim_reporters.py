@@ -33,12 +33,12 @@ from nats.aio.client import Client
 from bus.connection import connect
 from bus.pipeline_publish import PipelinePublisher
 from bus.streams import provision
-from bus.subjects import CATALOG, SNAPSHOT_CATALOG, SNAPSHOT_STREAM
 from ops.shutdown import stop_on_signals
 from producers.simulator import Faults, Fleet, RunStats, run_fleet, sim_catalog
 from schemas.catalog import Catalog
 from schemas.codec import decode, encode
 from schemas.errors import CrrError
+from schemas.subjects import CATALOG, SNAPSHOT_CATALOG, SNAPSHOT_STREAM
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

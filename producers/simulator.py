@@ -37,12 +37,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bus.outbox import Outbox
-from bus.subjects import event_subject, msg_id
 from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
 from schemas.codec import encode
 from schemas.errors import CrrError
 from schemas.events import Health, Report
-from schemas.timestamps import format_time
+from schemas.subjects import event_subject, msg_id
+from schemas.wire_time import format_time
 
 DATASET_POOL = ("imagenet", "c4", "laion-5b", "the-pile", "redpajama", "openwebtext",
                 "wikipedia", "coco", "librispeech", "fineweb")

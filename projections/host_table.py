@@ -65,7 +65,7 @@ from schemas.errors import PayloadError
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ValueEntry
 from schemas.snapshot_lean import ABSENT as ABSENT_ENTRY
 from schemas.snapshot_lean import LeanEntry, LeanRecord, lean_decoder
-from schemas.timestamps import parse_time
+from schemas.wire_time import parse_time
 
 ABSENT: Final = 0
 FRESH: Final = 1
@@ -96,7 +96,7 @@ def expires_seconds(text: str) -> float:
     The canonical form the projector writes (`2026-12-02T14:00:00.123Z`) is
     parsed by a fast path (upserts parse one timestamp per value:
     `datetime.fromisoformat` is C code, ~10x faster than slicing digits);
-    anything else goes through `schemas.timestamps.parse_time`.  Both give
+    anything else goes through `schemas.wire_time.parse_time`.  Both give
     the same float: whole seconds + milliseconds / 1000.
     """
     if len(text) == 24 and text[23] == "Z" and text[10] == "T" and text[19] == ".":

@@ -27,7 +27,7 @@ from schemas.snapshot import (
     ProjectorStatus,
     ValueEntry,
 )
-from schemas.timestamps import format_time
+from schemas.wire_time import format_time
 from tests.test_select_support import NOW as SELECT_NOW
 from tests.test_select_support import NULL as NULL_SPEC
 from tests.test_select_support import STALE as STALE_SPEC

@@ -23,7 +23,7 @@ from projections.host_table import (
 )
 from schemas.catalog import Catalog
 from schemas.snapshot import AsOf, HostSnapshot, ValueEntry
-from schemas.timestamps import format_time, parse_time
+from schemas.wire_time import format_time, parse_time
 from tests.test_select_support import (
     CATALOG,
     NOW,
@@ -248,7 +248,7 @@ def test_normalize(kind: str, value: object, expected: object) -> None:
     [0.0, 1.0, 951782400.5, 1_800_000_000.123, 4102444800.999, 1709164800.0, 1582934400.25],
 )
 def test_expires_fast_path_matches_parse_time(t: float) -> None:
-    """The fast timestamp parser agrees with schemas.timestamps.parse_time."""
+    """The fast timestamp parser agrees with schemas.wire_time.parse_time."""
     text = format_time(t)
     assert expires_seconds(text) == parse_time(text)
 

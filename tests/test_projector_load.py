@@ -15,12 +15,12 @@ from nats.js.api import DeliverPolicy
 import ops.projector
 from bus.ordered import OrderedReader, StoredMessage
 from bus.pipeline_publish import PipelinePublisher
-from bus.subjects import EVENTS_STREAM, event_subject, host_snapshot_subject
 from ops.cli import build_parser
 from ops.replay import read_consistent_snapshot
 from ops.snapshot_writer import SnapshotWriter
 from schemas.codec import decode
 from schemas.snapshot import HostSnapshot
+from schemas.subjects import EVENTS_STREAM, event_subject, host_snapshot_subject
 from tests.projector_support import publish_catalog, running_projector
 
 HOSTS = 150

@@ -31,11 +31,11 @@ from opentelemetry.util.types import Attributes
 
 from bus import tracing
 from bus.outbox import Outbox
-from bus.subjects import CATALOG, EVENTS_STREAM, event_subject
 from ops.projector import Projector
 from ops.view import SchedulerView
 from producers.agent import Agent
 from schemas.codec import encode
+from schemas.subjects import CATALOG, EVENTS_STREAM, event_subject
 from tests.agent_support import HOST, SAFE_ENV, good_catalog
 
 

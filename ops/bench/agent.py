@@ -39,11 +39,11 @@ from nats.aio.msg import Msg
 
 from bus.server import NatsServer
 from bus.streams import provision
-from bus.subjects import SNAPSHOT_CATALOG
 from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
 from schemas.codec import decode, encode
 from schemas.events import Report
-from schemas.timestamps import parse_time
+from schemas.subjects import SNAPSHOT_CATALOG
+from schemas.wire_time import parse_time
 
 SCRIPT = """#!/bin/bash
 printf '{"values": {"%s_t0": %s}}\\n' "$CRR_REPORTER" "$EPOCHREALTIME"

@@ -38,12 +38,12 @@ from bus.connection import connect
 from bus.pipeline_publish import PipelinePublisher
 from bus.server import NatsServer
 from bus.streams import StreamSettings, provision
-from bus.subjects import CATALOG, event_subject
 from ops.bench.fold import bench_catalog, payload
 from ops.projector import Projector
 from ops.view import SchedulerView
 from schemas.catalog import Catalog
 from schemas.codec import encode
+from schemas.subjects import CATALOG, event_subject
 
 
 async def publish_hosts(nc: Client, hosts: int, catalog: Catalog | None = None) -> None:

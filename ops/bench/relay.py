@@ -33,7 +33,7 @@ from nats.js.api import DeliverPolicy, StorageType, StreamConfig
 
 from bus.connection import connect
 from bus.ordered import OrderedReader, StoredMessage
-from bus.subjects import EVENTS_STREAM
+from schemas.subjects import EVENTS_STREAM
 
 RELAY_STREAM: Final = "BENCH_RELAY"
 RELAY_PREFIX: Final = "relay."

@@ -39,11 +39,11 @@ from bus.connection import connect
 from bus.ordered import OrderedReader, StoredMessage
 from bus.server import NatsServer
 from bus.streams import provision
-from bus.subjects import EVENTS_STREAM, SNAPSHOT_STREAM
 from ops.bench.fold import bench_catalog
 from ops.bench.partitions import publish_hosts, running
 from ops.projector import Projector
 from schemas.catalog import ReporterSpec
+from schemas.subjects import EVENTS_STREAM, SNAPSHOT_STREAM
 
 LONG_LIVED = msgspec.structs.replace(bench_catalog(), reporters={
     "bench": ReporterSpec(type="script", command=["bench.sh"], interval=3600.0)})

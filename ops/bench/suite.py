@@ -66,13 +66,6 @@ from bus.ordered import OrderedReader, StoredMessage
 from bus.pipeline_publish import PipelinePublisher
 from bus.server import NatsServer
 from bus.streams import provision
-from bus.subjects import (
-    CATALOG,
-    EVENTS_STREAM,
-    SNAPSHOT_PROJECTOR,
-    SNAPSHOT_STREAM,
-    host_snapshot_subject,
-)
 from ops.bench import restart
 from ops.bench import select as sb
 from ops.bench.relay import RelayProcess, RelayReader, provision_relay, terminate
@@ -85,7 +78,14 @@ from schemas.codec import decode, encode
 from schemas.duration import parse_duration
 from schemas.errors import CrrError
 from schemas.snapshot import ProjectorStatus
-from schemas.timestamps import parse_time
+from schemas.subjects import (
+    CATALOG,
+    EVENTS_STREAM,
+    SNAPSHOT_PROJECTOR,
+    SNAPSHOT_STREAM,
+    host_snapshot_subject,
+)
+from schemas.wire_time import parse_time
 
 RESOURCES = 20
 

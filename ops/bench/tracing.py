@@ -42,14 +42,14 @@ from bus.connection import connect
 from bus.outbox import Outbox
 from bus.server import NatsServer
 from bus.streams import provision
-from bus.subjects import CATALOG, event_subject, msg_id
 from ops.projector import Projector
 from ops.telemetry import DEFAULT_RATIO, batch_span_processor
 from ops.view import SchedulerView
 from producers.observe import RunObserver
 from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
 from schemas.codec import encode
-from schemas.timestamps import format_time
+from schemas.subjects import CATALOG, event_subject, msg_id
+from schemas.wire_time import format_time
 
 MODES = {"off": None, "default": DEFAULT_RATIO, "100%": 1.0}
 

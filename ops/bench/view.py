@@ -37,11 +37,11 @@ from bus.connection import connect
 from bus.ordered import StoredMessage, parse_ack_reply
 from bus.server import NatsServer
 from bus.streams import provision
-from bus.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM, host_snapshot_subject
 from ops.bench.select import CATALOG, make_hosts
 from ops.view import SNAPSHOT_FILTER, SchedulerView
 from schemas.codec import DECODERS, encode
 from schemas.snapshot import HostSnapshot
+from schemas.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM, host_snapshot_subject
 
 WINDOW = 2000
 SELECT_EXPR = 'site_ok && scratch_free > 200 && datasets has "imagenet" && os == "rhel9"'

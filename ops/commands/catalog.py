@@ -14,11 +14,11 @@ import yaml
 
 from bus.connection import connect
 from bus.streams import provision
-from bus.subjects import CATALOG, SNAPSHOT_CATALOG, SNAPSHOT_STREAM
 from schemas.catalog import Catalog
 from schemas.catalog_loader import elim_mode_notes, load_catalog
 from schemas.codec import decode, encode
 from schemas.errors import CrrError
+from schemas.subjects import CATALOG, SNAPSHOT_CATALOG, SNAPSHOT_STREAM
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

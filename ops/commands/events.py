@@ -14,7 +14,7 @@ from bus.ordered import StoredMessage
 from ops.progress import Progress
 from ops.replay import When, export_line, host_filter, parse_when, read_stream, stream_range
 from schemas.errors import CrrError
-from schemas.timestamps import format_time
+from schemas.wire_time import format_time
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -29,7 +29,10 @@ from nats.js.api import DeliverPolicy
 from bus.connection import connect
 from bus.follower import Follower
 from bus.ordered import OrderedReader, StoredMessage
-from bus.subjects import (
+from projections.host_table import expires_seconds
+from schemas.duration import parse_duration
+from schemas.errors import SubjectError
+from schemas.subjects import (
     EVENTS_STREAM,
     SNAPSHOT_CLUSTER,
     SNAPSHOT_HOST_PREFIX,
@@ -37,9 +40,6 @@ from bus.subjects import (
     parse_event_subject,
     untoken,
 )
-from projections.host_table import expires_seconds
-from schemas.duration import parse_duration
-from schemas.errors import SubjectError
 
 HostKey = str | None
 """A host name, or None for the cluster record."""

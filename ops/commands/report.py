@@ -16,13 +16,13 @@ import time
 from typing import Any
 
 from bus.connection import connect
-from bus.subjects import event_subject, msg_id
 from ops.report_outcome import outcome
 from schemas.codec import encode
 from schemas.duration import parse_duration
 from schemas.errors import PayloadError
 from schemas.events import Report, check_finite
-from schemas.timestamps import format_time
+from schemas.subjects import event_subject, msg_id
+from schemas.wire_time import format_time
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -7,8 +7,8 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas import timestamps
-from schemas.timestamps import format_time, parse_time
+from schemas import wire_time
+from schemas.wire_time import format_time, parse_time
 
 
 def _afresh(t: float) -> str:
@@ -24,6 +24,6 @@ def test_cached_format_equals_a_fresh_one(ts: list[float]) -> None:
 
 
 def test_the_cache_stays_bounded() -> None:
-    for s in range(3 * timestamps._SECONDS_KEPT):
+    for s in range(3 * wire_time._SECONDS_KEPT):
         assert format_time(1.7e9 + s + 0.25) == _afresh(1.7e9 + s + 0.25)
-    assert len(timestamps._SECONDS) <= timestamps._SECONDS_KEPT
+    assert len(wire_time._SECONDS) <= wire_time._SECONDS_KEPT
