@@ -10,8 +10,8 @@ from typing import Final, Literal
 
 from ops.reporter_health import FAILING_STATES
 from projections.freshness import value_state
-from projections.host_table import expires_seconds
 from schemas.snapshot import HostSnapshot, InventoryEntry, ValueEntry, ValueState
+from schemas.wire_time import seconds_of
 
 HostStatus = Literal["ok", "failing", "stale", "unknown", "empty"]
 
@@ -24,7 +24,7 @@ STATUS_HELP: Final = (
 def value_state_at(entry: ValueEntry | InventoryEntry, now: float) -> ValueState:
     """A value's (or inventory's) state at `now`: stale once its `expires_at` passed,
     projector or not (`projections.freshness.value_state`)."""
-    return value_state(entry.state, expires_seconds(entry.expires_at), now)
+    return value_state(entry.state, seconds_of(entry.expires_ts, entry.expires_at), now)
 
 
 def host_status(snap: HostSnapshot, now: float) -> HostStatus:

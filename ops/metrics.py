@@ -41,9 +41,9 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
-from projections.host_table import expires_seconds
 from schemas.errors import SubjectError
 from schemas.subjects import SNAPSHOT_CLUSTER, SNAPSHOT_HOST_PREFIX, parse_event_subject
+from schemas.wire_time import expires_seconds
 
 if TYPE_CHECKING:
     from bus.ordered import StoredMessage

@@ -48,7 +48,6 @@ import contextlib
 import functools
 import gc
 import logging
-import math
 import os
 import secrets
 import time
@@ -94,7 +93,7 @@ from schemas.subjects import (
     host_snapshot_subject,
     published_subject,
 )
-from schemas.wire_time import format_time, parse_time
+from schemas.wire_time import floor_millis, format_time
 
 log = logging.getLogger("crr.projector")
 
@@ -118,7 +117,7 @@ def tick() -> float:
     The projector expires with this `now` and writes it as the status's
     `last_tick`, so `crr replay --verify` can expire at exactly the same `now`.
     """
-    return parse_time(format_time(math.floor(time.time() * 1000) / 1000))
+    return floor_millis(time.time())
 
 
 @dataclass(frozen=True)

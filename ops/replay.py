@@ -31,7 +31,6 @@ import operator
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO, Final
 
@@ -64,7 +63,7 @@ from schemas.subjects import (
     published_subject,
     token,
 )
-from schemas.wire_time import format_time, parse_time
+from schemas.wire_time import format_time, format_time_precise, parse_time
 
 CHUNK: Final = 256 << 10
 """Bytes read from an export file at a time, decoded as one JSON array (small: cache-warm)."""
@@ -101,11 +100,6 @@ _lines: Final = msgspec.json.Decoder(list[ExportLine])
 _line: Final = msgspec.json.Decoder(ExportLine)
 
 
-def precise_time(t: float) -> str:
-    """RFC 3339 UTC with microseconds (export lines; `ts` carries the exact float)."""
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def _inline(data: bytes) -> bool:
     """Whether `data` can sit verbatim in a line: one line of valid JSON."""
     if not data or b"\n" in data or b"\r" in data:
@@ -119,7 +113,7 @@ def _inline(data: bytes) -> bool:
 
 def export_line(m: StoredMessage) -> bytes:
     """The export line (with its newline) of one stored message."""
-    head = _head_encoder.encode(_Head(seq=m.seq, time=precise_time(m.time), ts=m.time,
+    head = _head_encoder.encode(_Head(seq=m.seq, time=format_time_precise(m.time), ts=m.time,
                                       subject=m.subject, headers=m.headers or None))
     if _inline(m.data):
         return b"".join((head[:-1], b',"payload":', m.data, b"}\n"))

@@ -161,7 +161,7 @@ class RelayReader:
 
 
 def _epoch(text: str) -> float:
-    from projections.host_table import expires_seconds  # noqa: PLC0415 - keeps relay start light
+    from schemas.wire_time import expires_seconds  # noqa: PLC0415 - keeps relay start light
 
     return expires_seconds(text)
 

@@ -72,7 +72,7 @@ from ops.bench.relay import RelayProcess, RelayReader, provision_relay, terminat
 from ops.snapshot_reader import read_snapshot
 from ops.view import SchedulerView
 from producers.simulator import SILENT, Event, Faults, Fleet, run_fleet, sim_catalog
-from projections.host_table import HostTable, expires_seconds
+from projections.host_table import HostTable
 from projections.select import compile_select
 from schemas.codec import decode, encode
 from schemas.duration import parse_duration
@@ -85,7 +85,7 @@ from schemas.subjects import (
     SNAPSHOT_STREAM,
     host_snapshot_subject,
 )
-from schemas.wire_time import parse_time
+from schemas.wire_time import expires_seconds, parse_time
 
 RESOURCES = 20
 

@@ -29,7 +29,6 @@ from nats.js.api import DeliverPolicy
 from bus.connection import connect
 from bus.follower import Follower
 from bus.ordered import OrderedReader, StoredMessage
-from projections.host_table import expires_seconds
 from schemas.duration import parse_duration
 from schemas.errors import SubjectError
 from schemas.subjects import (
@@ -40,6 +39,7 @@ from schemas.subjects import (
     parse_event_subject,
     untoken,
 )
+from schemas.wire_time import expires_seconds
 
 HostKey = str | None
 """A host name, or None for the cluster record."""
