@@ -47,11 +47,13 @@ from schemas.snapshot import ProjectorStatus
 from schemas.subjects import (
     ADMIN_HOST_PREFIX,
     EVENTS_STREAM,
+    MSG_ID_HEADER,
     SNAPSHOT_PROJECTOR,
     SNAPSHOT_STREAM,
+    forget_msg_id,
     forget_subject,
+    host_history_filter,
     host_snapshot_subject,
-    token,
 )
 from schemas.wire_time import format_time
 
@@ -82,7 +84,7 @@ class ForgetOutcome:
 
 def _host_filter(host: str) -> str:
     """Every stored event subject of `host`, in both layouts (and earlier Forgets)."""
-    return f"crr.v1.*.host.{token(host)}.>"
+    return host_history_filter(host)
 
 
 async def _has_record(nc: Client, host: str) -> bool:
@@ -149,7 +151,7 @@ async def forget_host(nc: Client, host: str, *, timeout: float = 10.0) -> Forget
     event = Forget(host=host, requested_at=format_time(time.time()), by=who)
     ack = await nc.jetstream().publish(
         forget_subject(host), encode(event),
-        headers={"Nats-Msg-Id": f"forget/{token(host)}/{uuid.uuid4().hex}"})
+        headers={MSG_ID_HEADER: forget_msg_id(host, uuid.uuid4().hex)})
     seq = int(ack.seq)
     purged = await _purge(nc, host, seq)
     position = await wait_for_position(nc, seq, timeout)

@@ -42,7 +42,6 @@ from nats.js.api import DeliverPolicy
 
 from bus.follower import load_compacted
 from bus.ordered import OrderedReader, StoredMessage
-from bus.streams import owner
 from ops.progress import Progress
 from projections.coverage import Coverage
 from projections.envelope import Envelope
@@ -54,13 +53,16 @@ from schemas.snapshot import ProjectorStatus
 from schemas.subjects import (
     CATALOG,
     EVENTS_STREAM,
+    EVERYTHING,
+    SNAPSHOT_ALL,
     SNAPSHOT_CATALOG,
     SNAPSHOT_CLUSTER,
     SNAPSHOT_HOST_PREFIX,
-    SNAPSHOT_PROJECTOR,
     SNAPSHOT_STREAM,
     is_projector_status,
+    owner,
     published_subject,
+    status_subject,
     token,
 )
 from schemas.wire_time import format_time, format_time_precise, parse_time
@@ -309,7 +311,7 @@ def host_filter(host: str) -> Callable[[str], bool]:
 
 async def read_stream(
     nc: Client, on_message: Callable[[StoredMessage], bool], *,
-    subject: str = "crr.v1.>", start_seq: int | None = None, start_time: float | None = None,
+    subject: str = EVERYTHING, start_seq: int | None = None, start_time: float | None = None,
     stop_seq: int | None = None, stall: float = 30.0,
 ) -> int:
     """Feed CRR_EVENTS to `on_message` in order, from `start_seq`/`start_time` (else the start).
@@ -365,7 +367,7 @@ async def read_snapshot_bytes(nc: Client, timeout: float = 30.0) -> dict[str, tu
     def keep(m: StoredMessage) -> None:
         out[m.subject] = (m.seq, m.data)
 
-    await load_compacted(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
+    await load_compacted(nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_ALL,
                          handler=keep, timeout=timeout)
     return out
 
@@ -436,11 +438,6 @@ async def read_consistent_snapshot(nc: Client) -> tuple[ProjectorStatus, dict[st
         raise CrrError(f"CRR_SNAPSHOT is written by {len(statuses)} partitioned projectors, "
                        "not one (read it with read_consistent_cut)")
     return statuses[0], records
-
-
-def status_subject(partition: int | None) -> str:
-    """Where a projector (partition) writes its status."""
-    return SNAPSHOT_PROJECTOR if partition is None else f"{SNAPSHOT_PROJECTOR}.{partition}"
 
 
 # -- command-line times -------------------------------------------------------------------

@@ -35,6 +35,7 @@ from schemas.snapshot import ClusterSnapshot, HostSnapshot
 from schemas.subjects import (
     DEADLETTER,
     EVENTS_STREAM,
+    SNAPSHOT_ALL,
     SNAPSHOT_CATALOG,
     SNAPSHOT_CLUSTER,
     SNAPSHOT_PROJECTOR,
@@ -101,7 +102,7 @@ async def wait_covered(
         if reader is not None and reader.ready.is_set() and contents.projector_position >= seq:
             covered.set()
 
-    reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
+    reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_ALL,
                            handler=on_msg, filter_subjects=_filters(host))
     await reader.start()
     try:

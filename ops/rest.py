@@ -75,9 +75,9 @@ from schemas.subjects import (
     SNAPSHOT_CATALOG,
     SNAPSHOT_CLUSTER,
     SNAPSHOT_HOST_PREFIX,
-    SNAPSHOT_PROJECTOR,
     is_projector_status,
-    untoken,
+    snapshot_host,
+    status_partition,
 )
 from schemas.wire_time import format_time
 
@@ -197,8 +197,7 @@ def _on_internal(request: Request[Any, Any, Any], exc: Exception) -> Response[Pr
 
 def _current_status(view: SchedulerView, subject: str) -> ProjectorStatus | None:
     """The current layout's status record on `subject` (None: deleted, or a left-over)."""
-    suffix = subject[len(SNAPSHOT_PROJECTOR) + 1:]
-    partition = int(suffix) if suffix else None
+    partition = status_partition(subject)
     return next((st for st in view.projectors if st.partition == partition), None)
 
 
@@ -410,7 +409,7 @@ class Api:
         view = self.view
         if subject.startswith(SNAPSHOT_HOST_PREFIX):
             try:
-                name = untoken(subject[len(SNAPSHOT_HOST_PREFIX):])
+                name = snapshot_host(subject)
             except SubjectError:
                 return None
             snap = view.table.get(name)

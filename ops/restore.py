@@ -31,9 +31,7 @@ import nats.errors
 import nats.js.errors
 from nats.js.client import JetStreamContext
 
-from bus.streams import owner
 from ops.checkpoint_read import RawRecords
-from ops.replay import status_subject
 from projections.checkpoint import (
     CheckpointError,
     Deferred,
@@ -56,7 +54,9 @@ from schemas.subjects import (
     SNAPSHOT_CATALOG,
     SNAPSHOT_CLUSTER,
     SNAPSHOT_HOST_PREFIX,
-    untoken,
+    owner,
+    snapshot_host,
+    status_subject,
 )
 
 _status: msgspec.json.Decoder[ProjectorStatus] = DECODERS[ProjectorStatus]
@@ -178,7 +178,7 @@ async def restore_from(js: JetStreamContext, raw: RawRecords, *, partition: int 
             if not data or subj == SNAPSHOT_CLUSTER or not mine(subj, partition, partitions):
                 continue
             if bound is not None and _as_of_seq(subj, data) <= seq:
-                unread.append((untoken(subj[len(SNAPSHOT_HOST_PREFIX):]), data))
+                unread.append((snapshot_host(subj), data))
                 continue
             host, as_of, due = earliest_due(state, data)
             if host is None:

@@ -84,17 +84,18 @@ from schemas.codec import DECODERS
 from schemas.errors import CrrError, CrrTimeoutError, NotReadyError, SubjectError
 from schemas.snapshot import ClusterSnapshot, ProjectorStatus
 from schemas.subjects import (
+    SNAPSHOT_ALL,
     SNAPSHOT_CATALOG,
     SNAPSHOT_CLUSTER,
     SNAPSHOT_HOST_PREFIX,
     SNAPSHOT_STREAM,
     is_projector_status,
-    untoken,
+    snapshot_host,
 )
 
 log = logging.getLogger("crr.view")
 
-SNAPSHOT_FILTER: Final = "crr.v1.snapshot.>"
+SNAPSHOT_FILTER: Final = SNAPSHOT_ALL
 COMPILE_CACHE_SIZE: Final = 4096
 """Compiled expressions kept per catalog (oldest dropped first)."""
 PACK_BATCH: Final = 32
@@ -468,7 +469,7 @@ class SchedulerView:
                     table = self.table
                     table.upsert_row(table.decode_record(m.data), m.data)
                 else:  # a purge or delete marker: the host is gone
-                    self.table.remove(untoken(subject[len(SNAPSHOT_HOST_PREFIX):]))
+                    self.table.remove(snapshot_host(subject))
             else:
                 self._apply_other(m, None)
         except (msgspec.ValidationError, msgspec.DecodeError, SubjectError) as exc:

@@ -1,12 +1,20 @@
-"""Subject names and the subject-token encoding of DESIGN §3.
+"""Every crr subject: names, filters, builders and parsers, and the subject-token encoding
+of DESIGN §3.  No other module spells out a `crr.v1…` subject or splits one into tokens
+(tests/test_layers.py checks this), so a newcomer reads the whole subject space here.
 
 `token(s)`: each UTF-8 byte outside `[A-Za-z0-9_-]` becomes `=XX`
 (uppercase hex).  Injective, and valid in NATS subjects and KV keys.
+
+Also here: the `Nats-Msg-Id` of an event (DESIGN §3) and the partitioning of
+`CRR_EVENTS` by host (`partition(N, host)` in the stream's subject transform),
+which is a property of stored subjects.  Pure: no IO.
 """
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+import functools
+from collections.abc import Callable
+from typing import Final, Literal, NamedTuple
 
 from schemas.errors import SubjectError
 
@@ -22,7 +30,22 @@ SNAPSHOT_PROJECTOR = f"{PREFIX}.snapshot.projector"
 SNAPSHOT_HOST_PREFIX = f"{PREFIX}.snapshot.host."
 ADMIN_HOST_PREFIX = f"{PREFIX}.admin.host."
 """`crr.v1.admin.host.<host>.<verb>`: an operator's instruction about a host (`forget`)."""
+ADMIN_ALL = f"{PREFIX}.admin.>"
+REPORT_PREFIX = f"{PREFIX}.report."
+"""Every Report subject starts with this (host or cluster scope)."""
+REPORTS = f"{REPORT_PREFIX}>"
+"""Filter: every Report."""
+EVERYTHING = f"{PREFIX}.>"
+"""Filter: every crr subject (the catch-all a `CRR_EVENTS` reader subscribes with)."""
+SNAPSHOT_ALL = f"{PREFIX}.snapshot.>"
+"""Filter: every `CRR_SNAPSHOT` record."""
+STATUS_PARTITIONS = f"{SNAPSHOT_PROJECTOR}.*"
+"""Filter: the status records of every partition (`crr.v1.snapshot.projector.<k>`)."""
+LEASE = f"{PREFIX}.snapshot.lease"
+"""The projector's lease record (partition `k`: `crr.v1.snapshot.lease.<k>`)."""
 
+MSG_ID_HEADER: Final = "Nats-Msg-Id"
+"""The JetStream de-duplication header every crr publish carries."""
 
 EVENT_SUBJECTS = [
     CATALOG,
@@ -30,9 +53,9 @@ EVENT_SUBJECTS = [
     f"{PREFIX}.report.>",
     f"{PREFIX}.inventory.>",
     f"{PREFIX}.health.>",
-    f"{PREFIX}.admin.>",
+    ADMIN_ALL,
 ]
-SNAPSHOT_SUBJECTS = [f"{PREFIX}.snapshot.>"]
+SNAPSHOT_SUBJECTS = [SNAPSHOT_ALL]
 
 EventType = Literal["report", "inventory", "health"]
 EVENT_TYPES: tuple[EventType, ...] = ("report", "inventory", "health")
@@ -79,8 +102,12 @@ def untoken(t: str) -> str:
         raise SubjectError(f"subject token {t!r} is not UTF-8") from exc
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def event_subject(kind: EventType, reporter: str, host: str | None) -> str:
-    """`crr.v1.<kind>.host.<host>.<reporter>` or `crr.v1.<kind>.cluster.<reporter>`."""
+    """`crr.v1.<kind>.host.<host>.<reporter>` or `crr.v1.<kind>.cluster.<reporter>`.
+
+    Remembered (publishers and the simulator ask for the same few subjects again
+    and again; the token encoding is a Python loop over the name's bytes)."""
     if host is None:
         return f"{PREFIX}.{kind}.cluster.{token(reporter)}"
     return f"{PREFIX}.{kind}.host.{token(host)}.{token(reporter)}"
@@ -117,12 +144,156 @@ def is_projector_status(subject: str) -> bool:
         and subject[len(SNAPSHOT_PROJECTOR) + 1:].isdigit())
 
 
+def status_subject(partition: int | None) -> str:
+    """Where a projector writes its status: `crr.v1.snapshot.projector[.<partition>]`."""
+    return SNAPSHOT_PROJECTOR if partition is None else f"{SNAPSHOT_PROJECTOR}.{partition}"
+
+
+def status_partition(subject: str) -> int | None:
+    """The partition whose status `subject` is (None: an unpartitioned projector's);
+    SubjectError if `subject` is not a status subject (`is_projector_status`)."""
+    if not is_projector_status(subject):
+        raise SubjectError(f"not a projector status subject: {subject!r}")
+    suffix = subject[len(SNAPSHOT_PROJECTOR) + 1:]
+    return int(suffix) if suffix else None
+
+
+def lease_subject(partition: int | None = None) -> str:
+    """The lease record of the (partitioned) projector: `crr.v1.snapshot.lease[.<k>]`."""
+    return LEASE if partition is None else f"{LEASE}.{partition}"
+
+
+def _wild(name: str | None) -> str:
+    return "*" if name is None else token(name)
+
+
+def host_event_filter(
+    kind: EventType | None = None, host: str | None = None, reporter: str | None = None,
+) -> str:
+    """A filter over published host event subjects, `crr.v1.<kind>.host.<host>.<reporter>`;
+    a part that is None is the `*` wildcard (names are token-encoded)."""
+    return f"{PREFIX}.{kind or '*'}.host.{_wild(host)}.{_wild(reporter)}"
+
+
+def cluster_event_filter(kind: EventType | None = None, reporter: str | None = None) -> str:
+    """A filter over cluster event subjects, `crr.v1.<kind>.cluster.<reporter>` (None: `*`)."""
+    return f"{PREFIX}.{kind or '*'}.cluster.{_wild(reporter)}"
+
+
+def host_history_filter(host: str) -> str:
+    """Every stored event subject of `host` — reports, inventories, health, Forgets — as
+    published or with a partition token: `crr.v1.*.host.<host>.>`."""
+    return f"{PREFIX}.*.host.{token(host)}.>"
+
+
+def partition_event_filter(partition: int) -> str:
+    """The host events a partitioned `CRR_EVENTS` stores for `partition`:
+    `crr.v1.*.host.*.*.<partition>`."""
+    return f"{PREFIX}.*.host.*.*.{partition}"
+
+
+PARTITION_SOURCE: Final = f"{PREFIX}.*.host.*.*"
+"""What the partitioning subject transform of `CRR_EVENTS` applies to: host events."""
+
+
+def partition_destination(partitions: int) -> str:
+    """The transform's destination: the published subject plus `partition(N, host)`."""
+    return (f"{PREFIX}.{{{{wildcard(1)}}}}.host.{{{{wildcard(2)}}}}.{{{{wildcard(3)}}}}"
+            f".{{{{partition({partitions},2)}}}}")
+
+
+def destination_partitions(destination: str) -> int:
+    """N of a transform destination made by `partition_destination` (1: not partitioned)."""
+    if "partition(" not in destination:
+        return 1
+    return int(destination.split("partition(", 1)[1].split(",", 1)[0])
+
+
+def partition_of(host_token: str, partitions: int) -> int:
+    """The partition `partition(N, host)` of the stream transform gives a host token.
+
+    nats-server hashes the token's bytes with 32-bit FNV-1a, modulo N (checked
+    against a real server in tests/test_repartition.py).  Projectors use it to
+    keep only their own hosts among events stored under an older layout.
+    """
+    h = 0x811C9DC5
+    for b in host_token.encode():
+        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return h % partitions
+
+
+def owner(subject: str, partitions: int) -> int | None:
+    """The partition that folds an event (published or stored subject) or writes a
+    CRR_SNAPSHOT record: the host's `partition_of`; 0 for cluster and catalog subjects
+    (every partition also folds the catalog); None for anything else (dead letters)."""
+    parts = subject.split(".", 5)
+    if len(parts) >= 5 and parts[3] == "host":  # crr.v1.<kind|snapshot>.host.<host>[…]
+        return partition_of(parts[4], partitions)
+    if subject in (CATALOG, SNAPSHOT_CATALOG, SNAPSHOT_CLUSTER) or (
+            len(parts) == 5 and parts[3] == "cluster"):
+        return 0
+    return None
+
+
+def owns(partition: int, partitions: int) -> Callable[[str], bool]:
+    """Whether an event (published or stored subject) is partition `partition`'s to fold:
+    the catalog (every partition's), cluster subjects (partition 0's) and its hosts.
+    Remembers each host token's answer (the projector asks for every event)."""
+    known: dict[str, bool] = {}
+
+    def keep(subject: str) -> bool:
+        parts = subject.split(".", 5)
+        if len(parts) < 5:
+            return subject == CATALOG
+        if parts[3] == "cluster":
+            return partition == 0
+        if parts[3] != "host":
+            return False
+        mine = known.get(parts[4])
+        if mine is None:
+            mine = known[parts[4]] = partition_of(parts[4], partitions) == partition
+        return mine
+
+    return keep
+
+
+def subject_template(subject: str) -> str:
+    """The subject with its host and reporter tokens replaced (`crr.v1.report.host.{host}.
+    {reporter}`): a low-cardinality name for spans and metrics."""
+    parts = subject.split(".")
+    if len(parts) >= 5 and parts[0] == "crr" and parts[2] in EVENT_TYPES:
+        if parts[3] == "host" and len(parts) == 6:
+            return f"{PREFIX}.{parts[2]}.host.{{host}}.{{reporter}}"
+        if parts[3] == "cluster" and len(parts) == 5:
+            return f"{PREFIX}.{parts[2]}.cluster.{{reporter}}"
+    if subject.startswith(SNAPSHOT_HOST_PREFIX):
+        return SNAPSHOT_HOST_PREFIX + "{host}"
+    return subject
+
+
+def snapshot_host(subject: str) -> str:
+    """The host of a `crr.v1.snapshot.host.<host>` record subject; SubjectError if it is
+    not one (or its host token is malformed)."""
+    if not subject.startswith(SNAPSHOT_HOST_PREFIX):
+        raise SubjectError(f"not a host snapshot subject: {subject!r}")
+    return untoken(subject[len(SNAPSHOT_HOST_PREFIX):])
+
+
 class EventAddress(NamedTuple):
     """What an event subject says: its type, the reporter and the host (None for cluster)."""
 
     kind: EventType
     reporter: str
     host: str | None
+
+
+def has_partition_token(stored: str) -> bool:
+    """Whether a stored event subject carries a partition token (any layout's):
+    `crr.v1.<kind>.host.<host>.<reporter>.<partition>`."""
+    if stored.count(".") != 6:
+        return False
+    head, _, tail = stored.rpartition(".")
+    return tail.isdigit() and ".host." in head
 
 
 def published_subject(stored: str) -> str:
@@ -133,11 +304,7 @@ def published_subject(stored: str) -> str:
     folds or parses stored events goes through this (or `parse_event_subject`,
     which accepts both forms), whatever layout stored the event.
     """
-    if stored.count(".") == 6:
-        head, _, tail = stored.rpartition(".")
-        if tail.isdigit() and ".host." in head:
-            return head
-    return stored
+    return stored.rpartition(".")[0] if has_partition_token(stored) else stored
 
 
 def parse_event_subject(subject: str) -> EventAddress:
@@ -161,3 +328,19 @@ def msg_id(reporter: str, host: str | None, boot: str, seq: int) -> str:
     boot) in crr's publishers, so the id is unique across the three types.
     """
     return f"{reporter}/{host if host is not None else '_cluster'}/{boot}/{seq}"
+
+
+def catalog_msg_id(nonce: str) -> str:
+    """`Nats-Msg-Id` of a catalog publish (`catalog/<nonce>`: each apply is a new event)."""
+    return f"catalog/{nonce}"
+
+
+def forget_msg_id(host: str, nonce: str) -> str:
+    """`Nats-Msg-Id` of a Forget (`forget/<host token>/<nonce>`)."""
+    return f"forget/{token(host)}/{nonce}"
+
+
+def deadletter_msg_id(seq: int) -> str:
+    """`Nats-Msg-Id` of the dead letter of `CRR_EVENTS` event `seq` (`deadletter/<seq>`: a
+    projector that restarts and dead-letters it again is de-duplicated)."""
+    return f"deadletter/{seq}"

@@ -20,7 +20,7 @@ from nats.aio.client import Client
 
 from bus.streams import StreamSettings, provision
 from ops.projector import Projector
-from ops.replay import read_snapshot_bytes, run_replay, status_subject
+from ops.replay import read_snapshot_bytes, run_replay
 from projections.history import Cut, Replay, json_differences
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import decode, encode
@@ -30,6 +30,7 @@ from schemas.subjects import (
     SNAPSHOT_PROJECTOR,
     SNAPSHOT_STREAM,
     host_snapshot_subject,
+    status_subject,
 )
 from tests.fault_support import CrrProcess, caught_up, eventually
 from tests.projector_support import (

@@ -42,7 +42,7 @@ from bus.streams import provision
 from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
 from schemas.codec import decode, encode
 from schemas.events import Report
-from schemas.subjects import SNAPSHOT_CATALOG
+from schemas.subjects import REPORTS, SNAPSHOT_CATALOG
 from schemas.wire_time import parse_time
 
 SCRIPT = """#!/bin/bash
@@ -129,7 +129,7 @@ async def bench(n: int, interval: float, duration: float, warmup: float) -> int:
                 latencies.append(received - t0)
                 publish_path.append(received - parse_time(report.observed_at))
 
-        await nc.subscribe("crr.v1.report.>", cb=on_report)
+        await nc.subscribe(REPORTS, cb=on_report)
         await nc.jetstream().publish(SNAPSHOT_CATALOG, encode(bench_catalog(n, interval)))
 
         env = {**os.environ, "NATS_URL": server.url}

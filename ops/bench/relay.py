@@ -33,11 +33,11 @@ from nats.js.api import DeliverPolicy, StorageType, StreamConfig
 
 from bus.connection import connect
 from bus.ordered import OrderedReader, StoredMessage
-from schemas.subjects import EVENTS_STREAM
+from schemas.subjects import EVENTS_STREAM, EVERYTHING
 
 RELAY_STREAM: Final = "BENCH_RELAY"
 RELAY_PREFIX: Final = "relay."
-_EVENTS_FILTER: Final = "crr.v1.>"
+_EVENTS_FILTER: Final = EVERYTHING
 
 
 class _Head(msgspec.Struct):

@@ -43,7 +43,7 @@ from ops.bench.fold import bench_catalog
 from ops.bench.partitions import publish_hosts, running
 from ops.projector import Projector
 from schemas.catalog import ReporterSpec
-from schemas.subjects import EVENTS_STREAM, SNAPSHOT_STREAM
+from schemas.subjects import EVENTS_STREAM, SNAPSHOT_ALL, SNAPSHOT_STREAM
 
 LONG_LIVED = msgspec.structs.replace(bench_catalog(), reporters={
     "bench": ReporterSpec(type="script", command=["bench.sh"], interval=3600.0)})
@@ -59,7 +59,7 @@ async def raw_read(nc: Client) -> tuple[float, int]:
         count += 1
 
     t = time.perf_counter()
-    reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
+    reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_ALL,
                            handler=noop)
     await reader.start()
     try:

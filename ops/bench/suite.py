@@ -81,6 +81,7 @@ from schemas.snapshot import ProjectorStatus
 from schemas.subjects import (
     CATALOG,
     EVENTS_STREAM,
+    SNAPSHOT_ALL,
     SNAPSHOT_PROJECTOR,
     SNAPSHOT_STREAM,
     host_snapshot_subject,
@@ -484,7 +485,7 @@ async def _child_cold_start(url: str, mode: str) -> dict[str, Any]:
             nonlocal count
             count += 1
 
-        reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
+        reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_ALL,
                                handler=noop)
         await reader.start()
         await reader.wait_ready(300)

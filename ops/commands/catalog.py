@@ -18,7 +18,13 @@ from schemas.catalog import Catalog
 from schemas.catalog_loader import elim_mode_notes, load_catalog
 from schemas.codec import decode, encode
 from schemas.errors import CrrError
-from schemas.subjects import CATALOG, SNAPSHOT_CATALOG, SNAPSHOT_STREAM
+from schemas.subjects import (
+    CATALOG,
+    MSG_ID_HEADER,
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_STREAM,
+    catalog_msg_id,
+)
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -48,7 +54,7 @@ async def apply_cmd(args: argparse.Namespace) -> int:
                        name="crr-catalog") as nc:
         await provision(nc)
         ack = await nc.jetstream().publish(
-            CATALOG, encode(catalog), headers={"Nats-Msg-Id": f"catalog/{secrets.token_hex(8)}"})
+            CATALOG, encode(catalog), headers={MSG_ID_HEADER: catalog_msg_id(secrets.token_hex(8))})
     print(f"published {args.file}: {len(catalog.resources)} resources, "
           f"{len(catalog.reporters)} reporters (seq {ack.seq})")
     return 0

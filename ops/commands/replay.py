@@ -37,7 +37,6 @@ import msgspec
 from nats.aio.client import Client
 
 from bus.connection import connect
-from bus.streams import owner, owns
 from ops.replay import (
     SourceReport,
     When,
@@ -53,7 +52,7 @@ from projections.select import compile_select, explain
 from schemas.codec import encode
 from schemas.errors import CrrError
 from schemas.snapshot import HostSnapshot, ProjectorStatus
-from schemas.subjects import SNAPSHOT_CLUSTER
+from schemas.subjects import SNAPSHOT_CLUSTER, owner, owns
 from schemas.wire_time import format_time, parse_time
 
 
