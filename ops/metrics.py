@@ -57,7 +57,6 @@ if TYPE_CHECKING:
 
 LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                           60.0)
-_REPORT_PREFIX: Final = REPORT_PREFIX
 
 
 class _Head(msgspec.Struct):
@@ -166,7 +165,7 @@ class ProjectorMetrics:
 
     def event(self, m: StoredMessage) -> None:
         """An event was applied: remember a report's reporter and observed time."""
-        if not self.enabled or not m.subject.startswith(_REPORT_PREFIX):
+        if not self.enabled or not m.subject.startswith(REPORT_PREFIX):
             return
         try:
             reporter = parse_event_subject(m.subject).reporter

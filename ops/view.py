@@ -95,7 +95,6 @@ from schemas.subjects import (
 
 log = logging.getLogger("crr.view")
 
-SNAPSHOT_FILTER: Final = SNAPSHOT_ALL
 COMPILE_CACHE_SIZE: Final = 4096
 """Compiled expressions kept per catalog (oldest dropped first)."""
 PACK_BATCH: Final = 32
@@ -211,7 +210,7 @@ class SchedulerView:
         in partition order; incomplete while a new layout's partitions start)."""
         self._coverage = Coverage()
         self._follower = Follower(
-            nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_FILTER, new_load=_Load,
+            nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_ALL, new_load=_Load,
             load=self._load_record, loaded=self._finish, live=self._live_record,
             idle_heartbeat=idle_heartbeat, name="scheduler view")
         self._started = False

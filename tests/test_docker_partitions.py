@@ -28,13 +28,13 @@ from bus.connection import connect
 from bus.ordered import OrderedReader, StoredMessage
 from bus.outbox import Outbox
 from bus.streams import StreamSettings, provision
-from ops.lease import LEASE_SUBJECT
 from ops.view import SchedulerView
 from producers.simulator import publish_round, simulated_hosts
 from schemas.codec import decode
 from schemas.snapshot import HostSnapshot
 from schemas.subjects import (
     EVENTS_STREAM,
+    LEASE,
     SNAPSHOT_STREAM,
     host_snapshot_subject,
     is_projector_status,
@@ -132,7 +132,7 @@ class Writes:
             return
         if is_projector_status(m.subject):
             self.log.append((m.seq, "status", json.loads(m.data).get("projector_id", "")))
-        elif m.subject == LEASE_SUBJECT:
+        elif m.subject == LEASE:
             self.log.append((m.seq, "lease", json.loads(m.data).get("holder") or ""))
         elif m.subject == host_snapshot_subject("blinkhost"):
             self.blink.append(decode(m.data, HostSnapshot).values["blink"].state)
