@@ -287,15 +287,6 @@ class EventAddress(NamedTuple):
     host: str | None
 
 
-def has_partition_token(stored: str) -> bool:
-    """Whether a stored event subject carries a partition token (any layout's):
-    `crr.v1.<kind>.host.<host>.<reporter>.<partition>`."""
-    if stored.count(".") != 6:
-        return False
-    head, _, tail = stored.rpartition(".")
-    return tail.isdigit() and ".host." in head
-
-
 def published_subject(stored: str) -> str:
     """The subject an event was published on, from the one CRR_EVENTS stores it under.
 
@@ -304,7 +295,11 @@ def published_subject(stored: str) -> str:
     folds or parses stored events goes through this (or `parse_event_subject`,
     which accepts both forms), whatever layout stored the event.
     """
-    return stored.rpartition(".")[0] if has_partition_token(stored) else stored
+    if stored.count(".") == 6:  # the projector asks for every event: one cheap test first
+        head, _, tail = stored.rpartition(".")
+        if tail.isdigit() and ".host." in head:
+            return head
+    return stored
 
 
 def parse_event_subject(subject: str) -> EventAddress:
