@@ -12,7 +12,7 @@ from typing import Any
 from nats.aio.client import Client
 
 from bus.streams import StreamSettings
-from ops.projector import Projector
+from ops.services.projector import Projector
 from schemas.catalog import Catalog
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import decode, encode

@@ -16,7 +16,7 @@ from nats.aio.client import Client
 from bus.connection import connect
 from bus.outbox import Outbox
 from bus.streams import StreamSettings, provision
-from ops.projector import Projector
+from ops.services.projector import Projector
 from producers.simulator import SimulatedHost, publish_round, simulated_hosts
 from schemas.subjects import EVENTS_STREAM, SNAPSHOT_STREAM
 from schemas.wire_time import format_time

@@ -29,7 +29,7 @@ from nats.aio.client import Client
 from bus.connection import connect
 from bus.outbox import Outbox
 from bus.streams import StreamSettings, provision
-from ops.view import SchedulerView
+from ops.services.view import SchedulerView
 from producers.simulator import SimulatedHost, publish_round, simulated_hosts
 from schemas.codec import decode, encode
 from schemas.errors import CrrTimeoutError

@@ -28,7 +28,7 @@ from bus.connection import connect
 from bus.ordered import OrderedReader, StoredMessage
 from bus.outbox import Outbox
 from bus.streams import StreamSettings, provision
-from ops.view import SchedulerView
+from ops.services.view import SchedulerView
 from producers.simulator import publish_round, simulated_hosts
 from schemas.codec import decode
 from schemas.snapshot import HostSnapshot

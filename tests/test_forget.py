@@ -14,8 +14,8 @@ from nats.aio.client import Client
 
 from bus.connection import connect
 from bus.streams import StreamSettings, events_config, provision
-from ops.snapshot_reader import read_snapshot
-from ops.view import loaded_view
+from ops.services.snapshot_reader import read_snapshot
+from ops.services.view import loaded_view
 from projections.envelope import Envelope
 from projections.fold import apply, expire, fold
 from projections.state import ProjectionState

@@ -13,8 +13,8 @@ import pytest
 from nats.aio.client import Client
 
 from bus.ordered import OrderedReader, StoredMessage
-from ops.lease import WRONG_LAST_SEQUENCE, Lease
-from ops.projector import Projector
+from ops.services.lease import WRONG_LAST_SEQUENCE, Lease
+from ops.services.projector import Projector
 from schemas.errors import LeaseLostError
 from schemas.subjects import SNAPSHOT_STREAM
 from tests.fault_support import eventually
@@ -23,7 +23,7 @@ from tests.test_replay import cli
 
 TTL = 1.0
 TAKEOVER_BOUND = TTL + TTL / 6 + 1.5
-"""Documented bound (ops/lease.py): TTL + one standby poll + rebuild/write time (slack for CI)."""
+"""Documented bound (ops/services/lease.py): TTL + one standby poll + rebuild/write (CI slack)."""
 
 
 class Running:

@@ -10,7 +10,7 @@ import pytest
 from nats.aio.client import Client
 
 from ops.commands import health, latency
-from ops.reporter_health import FAILING_STATES
+from ops.services.reporter_health import FAILING_STATES
 from schemas.catalog_loader import load_catalog_text
 from schemas.subjects import event_subject
 from tests.fault_support import eventually

@@ -2,7 +2,8 @@
 
 - `schemas/` (wire vocabulary) imports nothing else of crr; `projections/` (the pure
   core) only `schemas/`; `bus/` only `schemas/`; `producers/` `bus/` and `schemas/`;
-  `ops/` composes them all.  The pure layers take no third-party library but the
+  `ops/` composes them all, and its services (`ops/services/`) run without the CLI
+  or the REST API.  The pure layers take no third-party library but the
   ones named below.
 - No import cycle between crr modules, counting every import: those under
   `TYPE_CHECKING` and inside functions hide a cycle from the interpreter, not from
@@ -38,6 +39,11 @@ ALLOWED_THIRD_PARTY: dict[str, frozenset[str]] = {
     "projections": frozenset({"msgspec", "numpy"}),
 }
 """Third-party libraries the pure layers may import (others: anything installed)."""
+
+FORBIDDEN_IN: dict[str, tuple[str, ...]] = {
+    "ops.services": ("ops.cli", "ops.commands", "ops.rest"),
+}
+"""Sub-packages and the crr modules they must not import (prefixes)."""
 
 
 def _modules() -> dict[str, Path]:
@@ -95,6 +101,9 @@ def test_packages_import_only_their_lower_layers() -> None:
                 ok = top in stdlib or top in ALLOWED_THIRD_PARTY[package]
             else:
                 ok = True
+            for inside, forbidden in FORBIDDEN_IN.items():
+                if name.startswith(inside + ".") and module.startswith(forbidden):
+                    ok = False
             if not ok:
                 bad.append(f"{MODULES[name].relative_to(ROOT)}:{line} imports {module}")
     assert bad == []

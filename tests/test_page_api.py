@@ -15,7 +15,7 @@ from nats.aio.client import Client
 
 from bus.ordered import StoredMessage
 from ops.commands.latency import _Collector
-from ops.host_query import HostFacts, query
+from ops.rest.host_query import HostFacts, query
 from projections.host_table import HostTable
 from schemas.snapshot import AsOf, HostSnapshot, ValueEntry, ValueState
 from schemas.subjects import event_subject

@@ -7,9 +7,9 @@ import asyncio
 import pytest
 from nats.aio.client import Client
 
-from ops.checkpoint_read import load_checkpoint
-from ops.position import Position
-from ops.snapshot_writer import SnapshotWriter, WrittenRecords
+from ops.services.checkpoint_read import load_checkpoint
+from ops.services.position import Position
+from ops.services.snapshot_writer import SnapshotWriter, WrittenRecords
 from schemas.errors import CrrTimeoutError
 from schemas.events import DeadLetter
 from schemas.subjects import DEADLETTER, EVENTS_STREAM, SNAPSHOT_STREAM, host_snapshot_subject

@@ -15,9 +15,9 @@ import pytest
 from nats.aio.client import Client
 
 from bus.streams import StreamSettings, provision
-from ops.projector import Projector
-from ops.replay import read_snapshot_bytes, run_replay
-from ops.snapshot_reader import SnapshotContents, read_snapshot
+from ops.services.projector import Projector
+from ops.services.replay import read_snapshot_bytes, run_replay
+from ops.services.snapshot_reader import SnapshotContents, read_snapshot
 from projections.history import Cut, Replay
 from schemas.errors import StreamConfigError
 from schemas.subjects import EVENTS_STREAM, host_snapshot_subject, partition_of, token

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from ops.deadletters import count_deadletters
-from ops.reporter_health import ReporterHealth, with_deadletters
+from ops.services.deadletters import count_deadletters
+from ops.services.reporter_health import ReporterHealth, with_deadletters
 from producers.external import ExternalReporter
 from schemas.errors import PayloadError
 from schemas.events import DeadLetter, check_finite

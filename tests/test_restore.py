@@ -19,8 +19,8 @@ import pytest
 from nats.aio.client import Client
 
 from bus.streams import StreamSettings, provision
-from ops.projector import Projector
-from ops.replay import read_snapshot_bytes, run_replay
+from ops.services.projector import Projector
+from ops.services.replay import read_snapshot_bytes, run_replay
 from projections.history import Cut, Replay, json_differences
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import decode, encode

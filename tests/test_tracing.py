@@ -31,8 +31,8 @@ from opentelemetry.util.types import Attributes
 
 from bus import tracing
 from bus.outbox import Outbox
-from ops.projector import Projector
-from ops.view import SchedulerView
+from ops.services.projector import Projector
+from ops.services.view import SchedulerView
 from producers.agent import Agent
 from schemas.codec import encode
 from schemas.subjects import CATALOG, EVENTS_STREAM, event_subject, subject_template

@@ -14,7 +14,7 @@ from nats.aio.client import Client
 from bus.connection import connect
 from bus.server import NatsServer
 from bus.streams import provision
-from ops.view import SchedulerView
+from ops.services.view import SchedulerView
 from schemas.catalog_loader import load_catalog_text
 from schemas.errors import CrrTimeoutError, ExpressionError, NotReadyError
 from schemas.subjects import event_subject, host_snapshot_subject

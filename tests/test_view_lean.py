@@ -13,7 +13,7 @@ import pytest
 from nats.aio.client import Client
 
 from bus.streams import provision
-from ops.view import SchedulerView
+from ops.services.view import SchedulerView
 from projections.host_table import HostTable
 from projections.select import compile_select, explain
 from schemas.codec import DECODERS, encode

@@ -12,7 +12,7 @@ from nats.aio.client import Client
 from bus.connection import connect
 from bus.server import NatsServer
 from bus.streams import provision
-from ops.view import SchedulerView
+from ops.services.view import SchedulerView
 from schemas.codec import encode
 from schemas.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM, host_snapshot_subject
 from tests.test_select_support import CATALOG, host_snapshot

@@ -23,10 +23,10 @@ import nats.errors
 import nats.js.errors
 
 from bus.connection import connect, describe
-from ops.deadletters import count_deadletters, read_deadletters
-from ops.liveness import liveness_now, warn_unless_live
-from ops.reporter_health import ReporterHealth, reporter_rows, with_deadletters
-from ops.snapshot_reader import read_snapshot
+from ops.services.deadletters import count_deadletters, read_deadletters
+from ops.services.liveness import liveness_now, warn_unless_live
+from ops.services.reporter_health import ReporterHealth, reporter_rows, with_deadletters
+from ops.services.snapshot_reader import read_snapshot
 from schemas.duration import parse_duration
 
 log = logging.getLogger("crr.health")

@@ -37,7 +37,7 @@ import msgspec
 from nats.aio.client import Client
 
 from bus.connection import connect
-from ops.replay import (
+from ops.services.replay import (
     SourceReport,
     When,
     check_cuts,

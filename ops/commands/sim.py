@@ -24,7 +24,7 @@ from typing import Any
 
 from bus.connection import connect
 from ops.commands import sim_reporters
-from ops.view import SchedulerView, loaded_view
+from ops.services.view import SchedulerView, loaded_view
 from projections.host_table import FRESH, HostTable
 from schemas.catalog import Catalog
 from schemas.errors import CrrError, ExpressionError

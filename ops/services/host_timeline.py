@@ -19,7 +19,7 @@ from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
 from bus.ordered import OrderedReader, StoredMessage
-from ops.replay import stream_range
+from ops.services.replay import stream_range
 from projections.envelope import Envelope
 from projections.timeline import HostTimeline, replay_timeline
 from schemas.errors import CrrError

@@ -27,7 +27,7 @@ import nats.js.errors
 from nats.aio.client import Client
 
 from bus.ordered import OrderedReader, StoredMessage
-from ops.snapshot_reader import SnapshotContents, absorb
+from ops.services.snapshot_reader import SnapshotContents, absorb
 from schemas.codec import decode
 from schemas.errors import CrrTimeoutError, PayloadError
 from schemas.events import DeadLetter
