@@ -12,7 +12,7 @@ which is a property of stored subjects.  Pure: no IO.
 
 from __future__ import annotations
 
-import functools
+import re
 from collections.abc import Callable
 from typing import Final, Literal, NamedTuple
 
@@ -61,6 +61,8 @@ EventType = Literal["report", "inventory", "health"]
 EVENT_TYPES: tuple[EventType, ...] = ("report", "inventory", "health")
 
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_SAFE_TOKEN = re.compile(r"[A-Za-z0-9_-]+")
+"""A name that is its own token (most host and reporter names): matched in C."""
 _HEX = "0123456789ABCDEF"
 
 
@@ -68,7 +70,7 @@ def token(s: str) -> str:
     """Encode a host or reporter name as one subject token."""
     if not s:
         raise SubjectError("a subject token must not be empty")
-    if s.isascii() and all(b in _SAFE for b in s.encode()):
+    if _SAFE_TOKEN.fullmatch(s):
         return s
     out = []
     for b in s.encode("utf-8"):
@@ -102,12 +104,8 @@ def untoken(t: str) -> str:
         raise SubjectError(f"subject token {t!r} is not UTF-8") from exc
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def event_subject(kind: EventType, reporter: str, host: str | None) -> str:
-    """`crr.v1.<kind>.host.<host>.<reporter>` or `crr.v1.<kind>.cluster.<reporter>`.
-
-    Remembered (publishers and the simulator ask for the same few subjects again
-    and again; the token encoding is a Python loop over the name's bytes)."""
+    """`crr.v1.<kind>.host.<host>.<reporter>` or `crr.v1.<kind>.cluster.<reporter>`."""
     if host is None:
         return f"{PREFIX}.{kind}.cluster.{token(reporter)}"
     return f"{PREFIX}.{kind}.host.{token(host)}.{token(reporter)}"
