@@ -50,7 +50,7 @@ MSG_ID_HEADER: Final = "Nats-Msg-Id"
 EVENT_SUBJECTS = [
     CATALOG,
     DEADLETTER,
-    f"{PREFIX}.report.>",
+    REPORTS,
     f"{PREFIX}.inventory.>",
     f"{PREFIX}.health.>",
     ADMIN_ALL,
