@@ -50,6 +50,7 @@ from schemas.subjects import (
     MSG_ID_HEADER,
     SNAPSHOT_PROJECTOR,
     SNAPSHOT_STREAM,
+    STATUS_PARTITIONS,
     forget_msg_id,
     forget_subject,
     host_history_filter,
@@ -128,7 +129,7 @@ async def wait_for_position(nc: Client, seq: int, timeout: float) -> int:
             reached.set()
 
     reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_PROJECTOR,
-                           filter_subjects=[SNAPSHOT_PROJECTOR, f"{SNAPSHOT_PROJECTOR}.*"],
+                           filter_subjects=[SNAPSHOT_PROJECTOR, STATUS_PARTITIONS],
                            handler=keep)
     await reader.start()
     try:

@@ -40,6 +40,7 @@ from schemas.subjects import (
     SNAPSHOT_CLUSTER,
     SNAPSHOT_PROJECTOR,
     SNAPSHOT_STREAM,
+    STATUS_PARTITIONS,
     host_snapshot_subject,
 )
 
@@ -81,7 +82,7 @@ class ReportOutcome:
 
 def _filters(host: str | None) -> list[str]:
     record = SNAPSHOT_CLUSTER if host is None else host_snapshot_subject(host)
-    return [SNAPSHOT_PROJECTOR, f"{SNAPSHOT_PROJECTOR}.*", SNAPSHOT_CATALOG, record]
+    return [SNAPSHOT_PROJECTOR, STATUS_PARTITIONS, SNAPSHOT_CATALOG, record]
 
 
 async def wait_covered(
