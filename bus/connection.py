@@ -32,6 +32,7 @@ import nats.js.errors
 import tenacity
 from nats.aio.client import Client
 
+from bus import nats_headers
 from schemas.errors import AuthError, NotConnectedError
 
 log = logging.getLogger("crr.bus")
@@ -409,11 +410,13 @@ async def _connect_once(
         if not task.done():
             task.cancel()
     try:
-        return await task
+        nc: Client = await task
     except asyncio.CancelledError:
         if fatal.is_set() and seen:
             raise seen[0] from None
         raise
+    nats_headers.install(nc)  # the same headers, parsed faster (every message has some)
+    return nc
 
 
 @asynccontextmanager
