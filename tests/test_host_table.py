@@ -17,8 +17,8 @@ from projections.host_table import (
     NULL,
     STALE,
     HostTable,
-    normalize,
 )
+from projections.validation import normalize
 from schemas.catalog import Catalog
 from schemas.snapshot import AsOf, HostSnapshot, ValueEntry
 from schemas.wire_time import format_time
