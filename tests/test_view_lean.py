@@ -20,7 +20,7 @@ from schemas.codec import DECODERS, encode
 from schemas.snapshot import HostSnapshot
 from schemas.subjects import SNAPSHOT_CATALOG, host_snapshot_subject
 from schemas.wire_time import expires_seconds
-from tests.test_select_support import CATALOG, NOW, STALE, StaleWas, host_snapshot
+from tests.select_support import CATALOG, NOW, STALE, StaleWas, host_snapshot
 
 EXPRS = ["free > 3", 'os == "rhel9" && ok', 'tags has "a" || free < 2', "!ok"]
 
