@@ -518,14 +518,7 @@ class SchedulerView:
                 self._apply_other(m, None)
         except (msgspec.ValidationError, msgspec.DecodeError, SubjectError) as exc:
             self._reject(m, exc)
-        self._position = m.seq
-        self.applied += 1
-        if self._packer is not None:
-            self._pack_wanted.set()
-            if m.pending:
-                self._caught_up.clear()
-            else:
-                self._caught_up.set()
+        self._applied(m, 1)
         if self._waiters:
             self._release_waiters()
         self._notify(subject)
@@ -540,18 +533,21 @@ class SchedulerView:
         self._batch = []
         self.table.append_records([m.data for m in batch],
                                   on_error=lambda i, exc: self._reject(batch[i], exc))
-        last = batch[-1]
+        self._applied(batch[-1], len(batch))
+        if self._listeners:
+            for m in batch:
+                self._notify(m.subject)
+
+    def _applied(self, last: StoredMessage, count: int) -> None:
+        """Account for `count` live records up to `last`; the packer waits while more pend."""
         self._position = last.seq
-        self.applied += len(batch)
+        self.applied += count
         if self._packer is not None:
             self._pack_wanted.set()
             if last.pending:
                 self._caught_up.clear()
             else:
                 self._caught_up.set()
-        if self._listeners:
-            for m in batch:
-                self._notify(m.subject)
 
     def _notify(self, subject: str) -> None:
         if self._listeners:
