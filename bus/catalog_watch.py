@@ -7,16 +7,14 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import nats.errors
-import tenacity
 from nats.aio.client import Client
 
-from bus.connection import describe
 from bus.ordered import OrderedReader, StoredMessage
+from bus.retry import FOLLOW
 from bus.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM
 from schemas.catalog import Catalog
 from schemas.codec import decode
-from schemas.errors import PayloadError
+from schemas.errors import NotFoundOnServerError, PayloadError
 
 log = logging.getLogger("crr.bus.catalog")
 
@@ -60,14 +58,8 @@ async def follow_catalog(nc: Client, apply: Callable[[Catalog], Awaitable[None]]
     follower may start before the streams exist or while the server is away
     and keeps what it runs meanwhile.
     """
-    retrying = tenacity.AsyncRetrying(
-        stop=tenacity.stop_never,
-        wait=tenacity.wait_exponential(multiplier=0.5, max=10.0) + tenacity.wait_random(0, 0.5),
-        retry=tenacity.retry_if_exception_type((nats.errors.Error, TimeoutError)),
-        before_sleep=lambda rs: log.warning(
-            "cannot follow the catalog (%s); retrying",
-            describe(rs.outcome.exception() or TimeoutError()) if rs.outcome else "?"),
-    )
+    retrying = FOLLOW.retrying(also=(NotFoundOnServerError,), log=log,
+                               what="cannot follow the catalog")
     async for attempt in retrying:
         with attempt:
             async for catalog in watch_catalog(nc):

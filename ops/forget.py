@@ -35,9 +35,9 @@ import time
 import uuid
 from dataclasses import dataclass
 
-import nats.js.errors
 from nats.aio.client import Client
 
+from bus.errors import nats_errors
 from bus.ordered import OrderedReader, StoredMessage
 from bus.subjects import (
     ADMIN_HOST_PREFIX,
@@ -50,7 +50,7 @@ from bus.subjects import (
 )
 from projections.coverage import Coverage
 from schemas.codec import decode, encode
-from schemas.errors import CrrError, CrrTimeoutError
+from schemas.errors import CrrError, CrrTimeoutError, NotFoundOnServerError
 from schemas.events import Forget
 from schemas.snapshot import ProjectorStatus
 from schemas.timestamps import format_time
@@ -87,8 +87,10 @@ def _host_filter(host: str) -> str:
 
 async def _has_record(nc: Client, host: str) -> bool:
     try:
-        msg = await nc.jetstream().get_last_msg(SNAPSHOT_STREAM, host_snapshot_subject(host))
-    except nats.js.errors.NotFoundError:
+        with nats_errors():
+            msg = await nc.jetstream().get_last_msg(SNAPSHOT_STREAM,
+                                                    host_snapshot_subject(host))
+    except NotFoundOnServerError:
         return False
     return bool(msg.data)
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import asyncio
 
-import nats.js.errors
 from nats.js.client import JetStreamContext
 
+from bus.errors import nats_errors
 from bus.subjects import EVENTS_STREAM
-from schemas.errors import CrrTimeoutError
+from schemas.errors import CrrTimeoutError, NotFoundOnServerError
 
 
 class Position:
@@ -105,7 +105,8 @@ class Position:
     async def _next_of(self, subject: str, seq: int) -> int | None:
         """The first CRR_EVENTS sequence >= `seq` on `subject` (a filter), None: none yet."""
         try:
-            m = await self._js.get_msg(EVENTS_STREAM, seq=seq, subject=subject, next=True)
-        except nats.js.errors.NotFoundError:
+            with nats_errors():
+                m = await self._js.get_msg(EVENTS_STREAM, seq=seq, subject=subject, next=True)
+        except NotFoundOnServerError:
             return None
         return int(m.seq or 0) or None

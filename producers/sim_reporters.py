@@ -27,10 +27,10 @@ import secrets
 import sys
 import time
 
-import nats.js.errors
 from nats.aio.client import Client
 
 from bus.connection import connect
+from bus.errors import nats_errors
 from bus.pipeline_publish import PipelinePublisher
 from bus.streams import provision
 from bus.subjects import CATALOG, SNAPSHOT_CATALOG, SNAPSHOT_STREAM
@@ -38,7 +38,7 @@ from ops.shutdown import stop_on_signals
 from producers.simulator import Faults, Fleet, RunStats, run_fleet, sim_catalog
 from schemas.catalog import Catalog
 from schemas.codec import decode, encode
-from schemas.errors import CrrError
+from schemas.errors import CrrError, NotFoundOnServerError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -84,8 +84,9 @@ def _check(args: argparse.Namespace) -> None:
 
 async def _fetch_catalog(nc: Client) -> Catalog | None:
     try:
-        msg = await nc.jetstream().get_last_msg(SNAPSHOT_STREAM, SNAPSHOT_CATALOG)
-    except nats.js.errors.NotFoundError:
+        with nats_errors():
+            msg = await nc.jetstream().get_last_msg(SNAPSHOT_STREAM, SNAPSHOT_CATALOG)
+    except NotFoundOnServerError:
         return None
     return decode(msg.data, Catalog) if msg.data else None
 

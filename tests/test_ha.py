@@ -12,9 +12,10 @@ import nats.js.errors
 import pytest
 from nats.aio.client import Client
 
+from bus.errors import WRONG_LAST_SEQUENCE
 from bus.ordered import OrderedReader, StoredMessage
 from bus.subjects import SNAPSHOT_STREAM
-from ops.lease import WRONG_LAST_SEQUENCE, Lease
+from ops.lease import Lease
 from ops.projector import Projector
 from schemas.errors import LeaseLostError
 from tests.fault_support import eventually

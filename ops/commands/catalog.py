@@ -9,16 +9,16 @@ import sys
 from typing import Any
 
 import msgspec
-import nats.js.errors
 import yaml
 
 from bus.connection import connect
+from bus.errors import nats_errors
 from bus.streams import provision
 from bus.subjects import CATALOG, SNAPSHOT_CATALOG, SNAPSHOT_STREAM
 from schemas.catalog import Catalog
 from schemas.catalog_loader import elim_mode_notes, load_catalog
 from schemas.codec import decode, encode
-from schemas.errors import CrrError
+from schemas.errors import CrrError, NotFoundOnServerError
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -58,8 +58,9 @@ async def fetch_catalog(nc: Any) -> Catalog | None:
     """The active catalog from CRR_SNAPSHOT, or None when none is active yet."""
     js = nc.jetstream()
     try:
-        msg = await js.get_last_msg(SNAPSHOT_STREAM, SNAPSHOT_CATALOG)
-    except nats.js.errors.NotFoundError:
+        with nats_errors():
+            msg = await js.get_last_msg(SNAPSHOT_STREAM, SNAPSHOT_CATALOG)
+    except NotFoundOnServerError:
         return None
     if msg.data is None:
         return None
