@@ -74,8 +74,13 @@ BUS_FAILURES: tuple[type[BaseException], ...] = (*NATS_FAILURES, OSError)
 
 
 def _text(exc: BaseException) -> str:
-    """`exc` as one non-empty line (some nats-py and asyncio errors have no text)."""
-    return " ".join(str(exc).split()) or type(exc).__name__
+    """`exc` as one non-empty line (some nats-py and asyncio errors have no text, and
+    some fail to say it when built without their details)."""
+    try:
+        text = str(exc)
+    except Exception:  # a broken __str__ must not hide the error itself
+        text = ""
+    return " ".join(text.split()) or type(exc).__name__
 
 
 def describe(exc: BaseException) -> str:
@@ -86,18 +91,21 @@ def describe(exc: BaseException) -> str:
 
 
 def _is_auth(exc: BaseException) -> bool:
-    text = str(exc).lower()
+    text = _text(exc).lower()
     return "authorization" in text or "authentication" in text or "permissions" in text
 
 
 def _from_api(exc: nats.js.errors.APIError, where: str | None) -> JetStreamError:
-    cls = _BY_ERR_CODE.get(exc.err_code or 0)
+    # (Some sub-classes, the key-value ones, skip APIError.__init__: no code attributes.)
+    code: int | None = getattr(exc, "code", None)
+    err_code: int | None = getattr(exc, "err_code", None)
+    cls = _BY_ERR_CODE.get(err_code or 0)
     if cls is None:
-        cls = NotFoundOnServerError if exc.code == 404 else JetStreamError
+        cls = NotFoundOnServerError if code == 404 else JetStreamError
     message = NO_STREAMS if cls is StreamNotFoundError else (
-        f"JetStream refused: {exc.description or _text(exc)}"
-        f" (code {exc.code}, err_code {exc.err_code})")
-    return cls(message, code=exc.code, err_code=exc.err_code, where=where)
+        f"JetStream refused: {getattr(exc, 'description', None) or _text(exc)}"
+        f" (code {code}, err_code {err_code})")
+    return cls(message, code=code, err_code=err_code, where=where)
 
 
 def from_nats(exc: BaseException, *, where: str | None = None) -> CrrError | None:
