@@ -9,7 +9,7 @@ CRR_EVENTS and CRR_SNAPSHOT, the scheduler view on CRR_SNAPSHOT) remembers
 the last message it handled and asks, after a reconnect, whether the stream
 still holds it; if not, it rebuilds from the stream.  `lost` is that check
 and `Generations` the guard that drops a replaced consumer's deliveries, for
-both (`bus.follower.Follower`, `ops.projector.Projector`).
+both (`bus.follower.Follower`, `ops.services.projector.Projector`).
 """
 
 from __future__ import annotations

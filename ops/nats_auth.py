@@ -147,7 +147,7 @@ PROJECTOR = Identity(
              *(f"$JS.API.STREAM.{op}.{s}" for op in ("CREATE", "UPDATE")
                for s in (EVENTS_STREAM, SNAPSHOT_STREAM)),
              *_read_stream_fully(EVENTS_STREAM), *_read_stream_fully(SNAPSHOT_STREAM)),
-    # Partitions hear each other's status writes (see ops.projector: covered_seq).
+    # Partitions hear each other's status writes (see ops.services.projector: covered_seq).
     subscribe=(INBOX, f"{SNAPSHOT_PROJECTOR}.*"))
 VIEW = Identity(
     name="view", role="view",

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any, Final
 
-from ops.host_status import STATUS_HELP, host_status, value_state_at
-from ops.reporter_health import FAILING_STATES
+from ops.services.host_status import STATUS_HELP, host_status, value_state_at
+from ops.services.reporter_health import FAILING_STATES
 from projections.host_table import expires_seconds
 from schemas.catalog import Catalog
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ValueEntry
@@ -72,7 +72,7 @@ def render_hosts(
 ) -> str:
     """A table with one row per host and one column per resource (sorted), then cluster values.
 
-    With `now`, a STATUS column (see `ops.host_status`) follows HOST and values
+    With `now`, a STATUS column (see `ops.services.host_status`) follows HOST and values
     are shown as they are at `now`.
     """
     names = resources or sorted({n for h in hosts for n in h.values})

@@ -12,7 +12,7 @@ kept) and flushed on reconnect.
 
 Usage::
 
-    from producers.external import ExternalReporter
+    from ops.library import ExternalReporter
 
     async with ExternalReporter.connect(reporter="flexlm", url="nats://bus:4222",
                                         creds="/etc/crr/flexlm.nk") as rep:

@@ -150,7 +150,7 @@ class ProjectorStatus(msgspec.Struct, frozen=True, kw_only=True):
     Unpartitioned it equals `last_seq`.  A partition's `last_seq` is the last of
     *its* events, so it would hold readers back at other partitions' events; its
     `covered_seq` also spans the other partitions' events after that (see
-    `ops.projector`).  Readers take the minimum over the partitions
+    `ops.services.projector`).  Readers take the minimum over the partitions
     (`projections.coverage`)."""
     partitions: int | None = None
     """N for one of N partitions (`partition` is then 0..N-1); None: unpartitioned."""

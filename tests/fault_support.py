@@ -24,7 +24,7 @@ from nats.js.api import DeliverPolicy
 
 from bus.ordered import OrderedReader, StoredMessage
 from bus.subjects import EVENTS_STREAM, SNAPSHOT_PROJECTOR, SNAPSHOT_STREAM
-from ops.snapshot_reader import SnapshotContents, read_snapshot
+from ops.services.snapshot_reader import SnapshotContents, read_snapshot
 from schemas.codec import decode
 from schemas.snapshot import ProjectorStatus
 

@@ -13,7 +13,7 @@ from nats.aio.client import Client
 
 from bus.streams import StreamSettings
 from bus.subjects import CATALOG, event_subject, host_snapshot_subject
-from ops.projector import Projector
+from ops.services.projector import Projector
 from schemas.catalog import Catalog
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import decode, encode

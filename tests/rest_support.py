@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from nats.aio.client import Client
 
-from ops.projector import Projector
-from ops.rest import Api, bind, create_app, serve
-from ops.view import SchedulerView
+from ops.rest.app import Api, bind, create_app, serve
+from ops.services.projector import Projector
+from ops.services.view import SchedulerView
 from tests.projector_support import running_projector
 
 

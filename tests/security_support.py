@@ -21,8 +21,8 @@ from bus.ordered import OrderedReader, StoredMessage
 from bus.streams import provision
 from bus.subjects import CATALOG, EVENTS_STREAM, SNAPSHOT_STREAM
 from ops.nats_auth import SecureDemo, secure_demo_setup
-from ops.projector import Projector
-from ops.snapshot_reader import SnapshotContents, read_snapshot
+from ops.services.projector import Projector
+from ops.services.snapshot_reader import SnapshotContents, read_snapshot
 from schemas.catalog import Catalog
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import encode

@@ -12,6 +12,8 @@ from bus.connection import connect
 from bus.server import NatsServer
 from bus.streams import StreamSettings, provision
 from ops.cli import main
+from ops.commands import bench as bench_command
+from tests.cli_support import ROOT
 from tests.projector_support import FAST_CATALOG_YAML, running_projector
 
 
@@ -32,6 +34,23 @@ def test_server_down_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 1
     assert "cannot reach NATS at nats://127.0.0.1:1" in err
     assert "Traceback" not in err
+
+
+def test_bench_runs_from_the_checkout() -> None:
+    """`crr bench` finds the suite in the checkout this crr is installed from (editable)."""
+    suite = bench_command.suite_module()
+    assert Path(suite.__file__ or "").resolve() == ROOT / "tests" / "bench" / "suite.py"
+    assert suite.add_arguments is bench_command.add_arguments
+
+
+def test_bench_outside_a_checkout_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Where no checkout holds the benchmarks (a wheel install), one line says what to do."""
+    monkeypatch.setattr(bench_command, "CHECKOUT", tmp_path)
+    code = main(["bench", "--quick"])
+    assert code == 1
+    assert capsys.readouterr().err == f"crr bench: error: {bench_command.NOT_A_CHECKOUT}\n"
 
 
 def test_bad_catalog_lists_every_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

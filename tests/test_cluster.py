@@ -17,7 +17,7 @@ from bus.connection import connect
 from bus.outbox import Outbox
 from bus.streams import StreamSettings, provision
 from bus.subjects import EVENTS_STREAM, SNAPSHOT_STREAM
-from ops.projector import Projector
+from ops.services.projector import Projector
 from producers.simulator import SimulatedHost, publish_round, simulated_hosts
 from schemas.timestamps import format_time
 from tests.cluster_support import NatsCluster

@@ -38,7 +38,7 @@ from bus.subjects import (
     msg_id,
     untoken,
 )
-from ops.view import SchedulerView
+from ops.services.view import SchedulerView
 from producers.simulator import SimulatedHost, publish_round, simulated_hosts
 from schemas.codec import decode, encode
 from schemas.errors import CrrTimeoutError

@@ -35,8 +35,8 @@ from bus.subjects import (
     is_projector_status,
     parse_event_subject,
 )
-from ops.lease import LEASE_SUBJECT
-from ops.view import SchedulerView
+from ops.services.lease import LEASE_SUBJECT
+from ops.services.view import SchedulerView
 from producers.simulator import publish_round, simulated_hosts
 from schemas.codec import decode
 from schemas.snapshot import HostSnapshot

@@ -21,8 +21,8 @@ from bus.subjects import (
     forget_subject,
     host_snapshot_subject,
 )
-from ops.snapshot_reader import read_snapshot
-from ops.view import loaded_view
+from ops.services.snapshot_reader import read_snapshot
+from ops.services.view import loaded_view
 from projections.envelope import Envelope
 from projections.fold import apply, expire, fold
 from projections.state import ProjectionState

@@ -15,8 +15,8 @@ from nats.aio.client import Client
 from bus.errors import WRONG_LAST_SEQUENCE
 from bus.ordered import OrderedReader, StoredMessage
 from bus.subjects import SNAPSHOT_STREAM
-from ops.lease import Lease
-from ops.projector import Projector
+from ops.services.lease import Lease
+from ops.services.projector import Projector
 from schemas.errors import LeaseLostError
 from tests.fault_support import eventually
 from tests.projector_support import publish_catalog, publish_report, stored_host
@@ -24,7 +24,7 @@ from tests.test_replay import cli
 
 TTL = 1.0
 TAKEOVER_BOUND = TTL + TTL / 6 + 1.5
-"""Documented bound (ops/lease.py): TTL + one standby poll + rebuild/write time (slack for CI)."""
+"""Documented bound (ops/services/lease.py): TTL + one standby poll + rebuild/write (CI slack)."""
 
 
 class Running:

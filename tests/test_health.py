@@ -11,7 +11,7 @@ from nats.aio.client import Client
 
 from bus.subjects import event_subject
 from ops.commands import health, latency
-from ops.reporter_health import FAILING_STATES
+from ops.services.reporter_health import FAILING_STATES
 from schemas.catalog_loader import load_catalog_text
 from tests.fault_support import eventually
 from tests.projector_support import publish_catalog, publish_report, running_projector

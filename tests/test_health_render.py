@@ -4,7 +4,7 @@ when piped; the DEAD column shows recent dead letters."""
 from __future__ import annotations
 
 from ops.commands.health import render
-from ops.reporter_health import ReporterHealth
+from ops.services.reporter_health import ReporterHealth
 
 _DETAIL = "exit 3: " + "df: /scratch: No such file or directory; " * 6
 

@@ -18,7 +18,7 @@ from nats.aio.client import Client
 
 from bus.server import NatsServer
 from ops.cli import main
-from ops.liveness import SILENT_AFTER_ENV
+from ops.services.liveness import SILENT_AFTER_ENV
 from schemas.catalog_loader import load_catalog_text
 from tests.fault_support import eventually
 from tests.projector_support import publish_catalog, publish_report, running_projector

@@ -97,3 +97,20 @@ def test_demo_on_a_non_editable_install_is_healthy(installed: Path, tmp_path: Pa
     assert re.search(r"matlab_free=\d", cluster), cluster
     assert "failed" not in out
     assert done.stderr == "", done.stderr
+
+
+def test_bench_outside_a_checkout_says_what_to_do(installed: Path, tmp_path: Path) -> None:
+    """The benchmarks are not in the wheel: `crr bench` from it fails in one line that says
+    where they are, and `--help` still works."""
+    assert _run([str(installed / "crr"), "bench", "--help"], cwd=tmp_path,
+                env=_env()).stdout.startswith("usage: crr bench")
+    done = subprocess.run([str(installed / "crr"), "bench", "--quick"], capture_output=True,
+                          text=True, check=False, timeout=60, cwd=tmp_path, env=_env())
+    assert done.returncode == 1, done
+    assert done.stderr.splitlines() == [
+        "crr bench: error: the benchmarks are not part of the installed package: run `crr bench` "
+        "from an editable install of a source checkout (pip install -e '.[bench]'), or "
+        "`python -m tests.bench.suite` in the checkout"], done.stderr
+    site = _run([str(installed / "python"), "-c", "import ops, pathlib; "
+                 "print(pathlib.Path(ops.__file__).parent)"], cwd=tmp_path, env=_env())
+    assert not (Path(site.stdout.strip()).parent / "tests").exists()

@@ -9,8 +9,8 @@ from nats.aio.client import Client
 from bus.connection import connect
 from bus.streams import StreamSettings, provision
 from bus.subjects import EVENTS_STREAM, SNAPSHOT_PROJECTOR
-from ops.projector import Projector
-from ops.view import loaded_view
+from ops.services.projector import Projector
+from ops.services.view import loaded_view
 from projections.coverage import Coverage
 from schemas.errors import CrrError
 from schemas.snapshot import ProjectorStatus

@@ -14,9 +14,9 @@ from bus.subjects import (
     host_snapshot_subject,
     is_projector_status,
 )
-from ops.replay import read_consistent_cut, read_consistent_snapshot
-from ops.snapshot_reader import read_snapshot
-from ops.view import SchedulerView, loaded_view
+from ops.services.replay import read_consistent_cut, read_consistent_snapshot
+from ops.services.snapshot_reader import read_snapshot
+from ops.services.view import SchedulerView, loaded_view
 from schemas.codec import encode
 from schemas.errors import CrrError, CrrTimeoutError
 from schemas.snapshot import ProjectorStatus

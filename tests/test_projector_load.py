@@ -12,13 +12,13 @@ import tenacity
 from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
-import ops.projector
+import ops.services.projector
 from bus.ordered import OrderedReader, StoredMessage
 from bus.pipeline_publish import PipelinePublisher
 from bus.subjects import EVENTS_STREAM, event_subject, host_snapshot_subject
 from ops.cli import build_parser
-from ops.replay import read_consistent_snapshot
-from ops.snapshot_writer import SnapshotWriter
+from ops.services.replay import read_consistent_snapshot
+from ops.services.snapshot_writer import SnapshotWriter
 from schemas.codec import decode
 from schemas.snapshot import HostSnapshot
 from tests.projector_support import publish_catalog, running_projector
@@ -82,7 +82,7 @@ async def test_burst_with_held_events_is_exact(
         nc: Client, nats_url: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     """Events held during a flush (reader made to wait) are folded exactly once; --verify agrees."""
-    monkeypatch.setattr(ops.projector, "HOLD_LIMIT", 2)  # the reader waits after 2 held
+    monkeypatch.setattr(ops.services.projector, "HOLD_LIMIT", 2)  # the reader waits after 2 held
     gate, entered = asyncio.Event(), asyncio.Event()
     gate.set()
     write = SnapshotWriter._pipelined

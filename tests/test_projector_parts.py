@@ -8,9 +8,9 @@ import pytest
 from nats.aio.client import Client
 
 from bus.subjects import DEADLETTER, EVENTS_STREAM, SNAPSHOT_STREAM, host_snapshot_subject
-from ops.checkpoint_read import load_checkpoint
-from ops.position import Position
-from ops.snapshot_writer import SnapshotWriter, WrittenRecords
+from ops.services.checkpoint_read import load_checkpoint
+from ops.services.position import Position
+from ops.services.snapshot_writer import SnapshotWriter, WrittenRecords
 from schemas.errors import CrrTimeoutError
 from schemas.events import DeadLetter
 

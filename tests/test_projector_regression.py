@@ -22,8 +22,8 @@ from bus.connection import connect
 from bus.server import NatsServer
 from bus.streams import provision
 from bus.subjects import EVENTS_STREAM, SNAPSHOT_STREAM
-from ops.projector import Projector
-from ops.snapshot_reader import read_snapshot
+from ops.services.projector import Projector
+from ops.services.snapshot_reader import read_snapshot
 from tests.fault_support import eventually
 from tests.projector_support import publish_catalog, publish_report, running_projector, stored_host
 

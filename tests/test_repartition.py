@@ -16,9 +16,9 @@ from nats.aio.client import Client
 
 from bus.streams import StreamSettings, partition_of, provision
 from bus.subjects import EVENTS_STREAM, host_snapshot_subject, token
-from ops.projector import Projector
-from ops.replay import read_snapshot_bytes, run_replay
-from ops.snapshot_reader import SnapshotContents, read_snapshot
+from ops.services.projector import Projector
+from ops.services.replay import read_snapshot_bytes, run_replay
+from ops.services.snapshot_reader import SnapshotContents, read_snapshot
 from projections.history import Cut, Replay
 from schemas.errors import StreamConfigError
 from tests.fault_support import eventually, stored_events

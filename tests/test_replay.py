@@ -18,8 +18,8 @@ from nats.aio.client import Client
 
 from bus.subjects import CATALOG, event_subject, host_snapshot_subject
 from ops.cli import build_parser
-from ops.projector import Projector
-from ops.replay import read_consistent_snapshot
+from ops.services.projector import Projector
+from ops.services.replay import read_consistent_snapshot
 from projections.host_table import HostTable
 from projections.select import compile_select
 from schemas.catalog import Catalog

@@ -11,8 +11,8 @@ import pytest
 from nats.aio.client import Client
 
 from bus.subjects import EVENTS_STREAM
-from ops.deadletters import count_deadletters
-from ops.reporter_health import ReporterHealth, with_deadletters
+from ops.services.deadletters import count_deadletters
+from ops.services.reporter_health import ReporterHealth, with_deadletters
 from producers.external import ExternalReporter
 from schemas.errors import PayloadError
 from schemas.events import DeadLetter, check_finite

@@ -25,8 +25,8 @@ from bus.subjects import (
     SNAPSHOT_STREAM,
     host_snapshot_subject,
 )
-from ops.projector import Projector
-from ops.replay import read_snapshot_bytes, run_replay, status_subject
+from ops.services.projector import Projector
+from ops.services.replay import read_snapshot_bytes, run_replay, status_subject
 from projections.history import Cut, Replay, json_differences
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import decode, encode

@@ -28,7 +28,7 @@ from bus.outbox import Outbox
 from bus.streams import StreamSettings, provision
 from bus.subjects import CATALOG, event_subject, msg_id
 from ops.nats_auth import secure_demo_setup
-from ops.view import loaded_view
+from ops.services.view import loaded_view
 from producers.agent import Agent
 from producers.external import CentralRunner, ExternalReporter
 from schemas.catalog_loader import load_catalog_text

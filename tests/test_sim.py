@@ -16,7 +16,7 @@ from nats.aio.client import Client
 from bus.pipeline_publish import PipelinePublisher
 from bus.server import NatsServer
 from bus.subjects import CATALOG, event_subject
-from ops.view import SchedulerView
+from ops.services.view import SchedulerView
 from producers.simulator import FAILING, NORMAL, SILENT, Faults, Fleet, run_fleet, sim_catalog
 from schemas.codec import encode
 from schemas.errors import CrrError

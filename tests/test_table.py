@@ -1,11 +1,11 @@
-"""Listing cells and host STATUS (ops.table, ops.host_status): pure, given a snapshot and `now`."""
+"""Listing cells and host STATUS (ops.table, ops.services.host_status): pure, given `now`."""
 
 from __future__ import annotations
 
 import msgspec
 import pytest
 
-from ops.host_status import host_status
+from ops.services.host_status import host_status
 from ops.table import render_host_long, render_hosts, show_age, show_number, show_value
 from schemas.snapshot import ReporterStatus
 from tests.test_select_support import (

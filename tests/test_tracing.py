@@ -32,8 +32,8 @@ from opentelemetry.util.types import Attributes
 from bus import tracing
 from bus.outbox import Outbox
 from bus.subjects import CATALOG, EVENTS_STREAM, event_subject
-from ops.projector import Projector
-from ops.view import SchedulerView
+from ops.services.projector import Projector
+from ops.services.view import SchedulerView
 from producers.agent import Agent
 from schemas.codec import encode
 from tests.agent_support import HOST, SAFE_ENV, good_catalog

@@ -15,7 +15,7 @@ from bus.connection import connect
 from bus.server import NatsServer
 from bus.streams import provision
 from bus.subjects import event_subject, host_snapshot_subject
-from ops.view import SchedulerView
+from ops.services.view import SchedulerView
 from schemas.catalog_loader import load_catalog_text
 from schemas.errors import CrrTimeoutError, ExpressionError, NotReadyError
 from tests.projector_support import (

@@ -14,7 +14,7 @@ from nats.aio.client import Client
 
 from bus.streams import provision
 from bus.subjects import SNAPSHOT_CATALOG, host_snapshot_subject
-from ops.view import SchedulerView
+from ops.services.view import SchedulerView
 from projections.host_table import HostTable, expires_seconds
 from projections.select import compile_select, explain
 from schemas.codec import DECODERS, encode

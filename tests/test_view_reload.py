@@ -13,7 +13,7 @@ from bus.connection import connect
 from bus.server import NatsServer
 from bus.streams import provision
 from bus.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM, host_snapshot_subject
-from ops.view import SchedulerView
+from ops.services.view import SchedulerView
 from schemas.codec import encode
 from tests.test_select_support import CATALOG, host_snapshot
 

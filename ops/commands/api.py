@@ -27,11 +27,11 @@ async def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; the view follows CRR_SNAPSHOT live."""
     # Imported here: the API's dependencies (litestar, uvicorn) are only needed by `crr api`.
     try:
-        from ops.rest import bind, create_app, serve  # noqa: PLC0415 - optional extra
+        from ops.rest.app import bind, create_app, serve  # noqa: PLC0415 - optional extra
     except ImportError as exc:
         raise CrrError(f"`crr api` needs the api extra ({exc.name or exc} is missing): "
                        "pip install 'crr[api]'") from None
-    from ops.view import SchedulerView  # noqa: PLC0415 - keeps other commands' start-up lean
+    from ops.services.view import SchedulerView  # noqa: PLC0415 - keeps other commands' start-up lean
 
     sock = bind(args.listen)
     stop = stop_on_signals()

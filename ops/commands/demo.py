@@ -25,9 +25,9 @@ from bus.server import NatsServer
 from bus.streams import provision
 from bus.subjects import CATALOG
 from ops.nats_auth import secure_demo_setup
-from ops.projector import Projector
+from ops.services.projector import Projector
+from ops.services.snapshot_reader import read_snapshot
 from ops.shutdown import stop_on_signals
-from ops.snapshot_reader import read_snapshot
 from ops.table import legend, render_hosts
 from producers.agent import Agent
 from producers.external import CentralRunner, ExternalReporter

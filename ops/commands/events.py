@@ -1,4 +1,4 @@
-"""`crr events export`: CRR_EVENTS history as JSON lines (the format is in `ops.replay`)."""
+"""`crr events export`: CRR_EVENTS history as JSON lines (format: `ops.services.replay`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ from typing import Any, BinaryIO
 from bus.connection import connect
 from bus.ordered import StoredMessage
 from ops.progress import Progress
-from ops.replay import When, export_line, host_filter, parse_when, read_stream, stream_range
+from ops.services.replay import (
+    When,
+    export_line,
+    host_filter,
+    parse_when,
+    read_stream,
+    stream_range,
+)
 from schemas.errors import CrrError
 from schemas.timestamps import format_time
 

@@ -9,8 +9,8 @@ from typing import Any
 import msgspec
 
 from bus.connection import connect
-from ops.liveness import warn_unless_live
-from ops.view import loaded_view
+from ops.services.liveness import warn_unless_live
+from ops.services.view import loaded_view
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -22,10 +22,10 @@ import msgspec
 
 from bus.connection import connect
 from bus.errors import describe, nats_errors
-from ops.deadletters import count_deadletters, read_deadletters
-from ops.liveness import liveness_now, warn_unless_live
-from ops.reporter_health import ReporterHealth, reporter_rows, with_deadletters
-from ops.snapshot_reader import read_snapshot
+from ops.services.deadletters import count_deadletters, read_deadletters
+from ops.services.liveness import liveness_now, warn_unless_live
+from ops.services.reporter_health import ReporterHealth, reporter_rows, with_deadletters
+from ops.services.snapshot_reader import read_snapshot
 from schemas.duration import parse_duration
 from schemas.errors import BusError
 

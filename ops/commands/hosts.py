@@ -10,7 +10,7 @@ projector is (with `--json`, whose stdout stays a HostSnapshot array, a
 warning on stderr when it is not live).
 
 `crr hosts forget HOST…` (admin role): forget decommissioned hosts
-(`ops.forget`): their snapshot records go, their stored events are purged,
+(`ops.services.forget`): their snapshot records go, their stored events are purged,
 and the projector drops them; exit 1 for a host crr knows nothing of.
 """
 
@@ -24,8 +24,8 @@ from typing import Any
 import msgspec
 
 from bus.connection import connect
-from ops.liveness import liveness_now, warn_unless_live
-from ops.snapshot_reader import SnapshotContents, read_snapshot
+from ops.services.liveness import liveness_now, warn_unless_live
+from ops.services.snapshot_reader import SnapshotContents, read_snapshot
 from ops.table import legend, render_host_long, render_hosts
 from projections.freshness import cluster_at, host_at
 from projections.host_table import HostTable
@@ -124,7 +124,7 @@ async def run(args: argparse.Namespace) -> int:
 
 async def _forget(args: argparse.Namespace, hosts: list[str]) -> int:
     """`crr hosts forget HOST…`: one line per host saying what was removed."""
-    from ops.forget import check, forget_host  # noqa: PLC0415 - only this sub-command needs it
+    from ops.services.forget import check, forget_host  # noqa: PLC0415 - only this sub-command needs it
 
     if not hosts:
         raise CrrError("hosts forget: name the host(s) to forget")

@@ -10,8 +10,8 @@ from typing import Any
 
 from bus.connection import connect, display_url
 from bus.streams import StreamSettings, provision
-from ops.lease import DEFAULT_TTL, Lease, check_server_version
-from ops.projector import Projector
+from ops.services.lease import DEFAULT_TTL, Lease, check_server_version
+from ops.services.projector import Projector
 from ops.shutdown import stop_on_signals
 from schemas.duration import parse_duration
 from schemas.errors import CrrError

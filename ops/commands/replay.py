@@ -39,7 +39,7 @@ from nats.aio.client import Client
 from bus.connection import connect
 from bus.streams import owner, owns
 from bus.subjects import SNAPSHOT_CLUSTER
-from ops.replay import (
+from ops.services.replay import (
     SourceReport,
     When,
     check_cuts,

@@ -2,7 +2,7 @@
 
 By default it then waits (`--timeout`) for the projector to handle it and
 says what became of it — applied, rejected (why), dead-lettered (why) — with
-exit status 0 only when every value was applied (`ops.report_outcome`).
+exit status 0 only when every value was applied (`ops.services.report_outcome`).
 `--no-wait` only publishes and waits for the stream's acknowledgement.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from bus.connection import connect
 from bus.subjects import event_subject, msg_id
-from ops.report_outcome import outcome
+from ops.services.report_outcome import outcome
 from schemas.codec import encode
 from schemas.duration import parse_duration
 from schemas.errors import PayloadError

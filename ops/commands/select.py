@@ -8,8 +8,8 @@ import sys
 from typing import Any
 
 from bus.connection import connect
-from ops.liveness import warn_unless_live
-from ops.view import loaded_view
+from ops.services.liveness import warn_unless_live
+from ops.services.view import loaded_view
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bus.connection import connect
-from ops.view import SchedulerView, loaded_view
+from ops.services.view import SchedulerView, loaded_view
 from producers import sim_reporters
 from projections.host_table import FRESH, HostTable
 from schemas.catalog import Catalog

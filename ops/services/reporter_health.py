@@ -16,7 +16,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from ops.deadletters import DeadLetterCount
+from ops.services.deadletters import DeadLetterCount
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ReporterState, ReporterStatus
 
 HealthRowState = ReporterState | Literal["deadlettered"]

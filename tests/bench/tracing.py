@@ -1,4 +1,4 @@
-"""Tracing overhead: `python -m ops.bench.tracing [--hosts N] [--rounds N] [--repeat N]`.
+"""Tracing overhead: `python -m tests.bench.tracing [--hosts N] [--rounds N] [--repeat N]`.
 
 End to end on an embedded nats-server: `--hosts` × `--rounds` reports, each
 put inside a script-run span (as the runner does) through the `Outbox`,
@@ -43,9 +43,9 @@ from bus.outbox import Outbox
 from bus.server import NatsServer
 from bus.streams import provision
 from bus.subjects import CATALOG, event_subject, msg_id
-from ops.projector import Projector
+from ops.services.projector import Projector
+from ops.services.view import SchedulerView
 from ops.telemetry import DEFAULT_RATIO, batch_span_processor
-from ops.view import SchedulerView
 from producers.observe import RunObserver
 from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
 from schemas.codec import encode
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.repeat):
         for mode in MODES:  # interleaved, so drift hits every mode alike
             out = subprocess.run(
-                [sys.executable, "-m", "ops.bench.tracing", "--child", mode,
+                [sys.executable, "-m", "tests.bench.tracing", "--child", mode,
                  "--hosts", str(args.hosts), "--rounds", str(args.rounds)],
                 check=True, capture_output=True, text=True)
             results[mode].append(json.loads(out.stdout.strip().splitlines()[-1]))

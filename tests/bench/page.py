@@ -1,8 +1,8 @@
 """Benchmark of the status page's server side (a command, not a test).
 
-    python -m ops.bench.page [--hosts 50000] [--events 14400]
+    python -m tests.bench.page [--hosts 50000] [--events 14400]
 
-The host table (`ops.host_query.query`: one page of 60 rows, several
+The host table (`ops.rest.host_query.query`: one page of 60 rows, several
 filters and sorts) and the summary over `--hosts` synthetic hosts, beside a
 baseline measured in the same run: encoding every host record, which is
 what a page that loads all hosts (the earlier status page, `/v1/hosts`)
@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from bus.subjects import CATALOG, event_subject
-from ops.host_query import HostFacts, query, summarize
+from ops.rest.host_query import HostFacts, query, summarize
 from projections.envelope import Envelope
 from projections.history import Cut, Replay
 from projections.host_table import HostTable

@@ -15,7 +15,7 @@ endpoint answers 503 (never an empty, "absent" answer).
 one `host` / `cluster` / `catalog` / `projector` event per changed record
 (coalesced), and a `liveness` event (the projector's liveness now) at once
 and every `liveness_interval` seconds, which the status page (`/`, files in
-`ops/static/`) applies in place without reloading.  A `projector` event
+`ops/rest/static/`) applies in place without reloading.  A `projector` event
 carries the status record that changed: with partitioned projectors there is
 one per partition (its `partition`/`partitions` say which), and a left-over
 record of an earlier layout sends none.
@@ -62,12 +62,12 @@ from bus.subjects import (
     is_projector_status,
     untoken,
 )
-from ops import api_docs
-from ops.liveness import silent_after as configured_silent_after
-from ops.metrics import ViewMetrics
-from ops.page_api import PageApi
-from ops.reporter_health import ReporterHealth, reporter_rows
-from ops.view import SchedulerView
+from ops.rest import api_docs
+from ops.rest.page_api import PageApi
+from ops.services.liveness import silent_after as configured_silent_after
+from ops.services.metrics import ViewMetrics
+from ops.services.reporter_health import ReporterHealth, reporter_rows
+from ops.services.view import SchedulerView
 from projections.freshness import (
     ProjectorLiveness,
     cluster_at,

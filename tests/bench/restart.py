@@ -1,9 +1,9 @@
 """Projector restart: restore from CRR_SNAPSHOT vs a raw read of CRR_SNAPSHOT.
 
-`python -m ops.bench.restart [--hosts N]` (also a phase of `crr bench`)
+`python -m tests.bench.restart [--hosts N]` (also a phase of `crr bench`)
 
 One embedded server; the catalog and one 20-value report per host (the
-`ops.bench.fold` workload), folded and written by a projector that then
+`tests.bench.fold` workload), folded and written by a projector that then
 stops.  Measured in this process, one after the other, on the same data:
 
 - raw read: an ordered consumer (DeliverLastPerSubject) over CRR_SNAPSHOT
@@ -40,14 +40,14 @@ from bus.ordered import OrderedReader, StoredMessage
 from bus.server import NatsServer
 from bus.streams import provision
 from bus.subjects import EVENTS_STREAM, SNAPSHOT_STREAM
-from ops.bench.fold import bench_catalog
-from ops.bench.partitions import publish_hosts, running
-from ops.projector import Projector
+from ops.services.projector import Projector
 from schemas.catalog import ReporterSpec
+from tests.bench.fold import bench_catalog
+from tests.bench.partitions import publish_hosts, running
 
 LONG_LIVED = msgspec.structs.replace(bench_catalog(), reporters={
     "bench": ReporterSpec(type="script", command=["bench.sh"], interval=3600.0)})
-"""The `ops.bench.fold` catalog with values that outlive the run (no expiry at restart)."""
+"""The `tests.bench.fold` catalog with values that outlive the run (no expiry at restart)."""
 
 
 async def raw_read(nc: Client) -> tuple[float, int]:
@@ -137,8 +137,8 @@ def render(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m ops.bench.restart`."""
-    parser = argparse.ArgumentParser(prog="python -m ops.bench.restart", description=__doc__,
+    """Entry point of `python -m tests.bench.restart`."""
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.restart", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", type=int, default=50_000)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")

@@ -1,4 +1,4 @@
-"""Authorization at scale: `python -m ops.bench.auth [--hosts 10000] [--auth nkey|password]`.
+"""Authorization at scale: `python -m tests.bench.auth [--hosts 10000] [--auth nkey|password]`.
 
 Generates `crr nats-config` output for the example catalog and `--hosts`
 hosts, starts nats-server with it, and measures:

@@ -1,6 +1,6 @@
 """Benchmark of `select[]` over the columnar HostTable (a command, not a test).
 
-    python -m ops.bench.select [--hosts 1000,10000] [--seed 1]
+    python -m tests.bench.select [--hosts 1000,10000] [--seed 1]
 
 Evaluates five representative expressions over synthetic hosts (a few % of
 values null, stale or never reported) and prints host-evaluations/s beside
@@ -129,7 +129,7 @@ def _entry(value: Any, rng: random.Random, kind: str) -> tuple[ValueEntry | None
 
 def make_hosts(n: int, seed: int) -> tuple[list[HostSnapshot], list[dict[str, Any]]]:
     """`n` synthetic HostSnapshots and the same data as plain dicts (None: unknown)."""
-    rng = random.Random(seed)  # noqa: S311  (synthetic data, not cryptography)
+    rng = random.Random(seed)
     snaps: list[HostSnapshot] = []
     dicts: list[dict[str, Any]] = []
     for i in range(n):
@@ -275,8 +275,8 @@ def run(n: int, seed: int, out: Callable[[str], None]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m ops.bench.select`."""
-    parser = argparse.ArgumentParser(prog="python -m ops.bench.select", description=__doc__)
+    """Entry point of `python -m tests.bench.select`."""
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.select", description=__doc__)
     parser.add_argument("--hosts", default="1000,10000",
                         help="comma-separated host counts (default 1000,10000)")
     parser.add_argument("--seed", type=int, default=1)

@@ -35,7 +35,7 @@ from bus.subjects import (
     SNAPSHOT_STREAM,
     host_snapshot_subject,
 )
-from ops.snapshot_reader import SnapshotContents, absorb
+from ops.services.snapshot_reader import SnapshotContents, absorb
 from schemas.codec import decode
 from schemas.errors import BusError, CrrTimeoutError, NotFoundOnServerError, PayloadError
 from schemas.events import DeadLetter

@@ -2,7 +2,7 @@
 
 IO lives here; the fold (`projections.fold`) is pure.  The snapshot is the
 checkpoint (DESIGN §4): on start the projector restores its fold state from
-its own CRR_SNAPSHOT records and status (`ops.restore`) and folds CRR_EVENTS
+its own CRR_SNAPSHOT records and status (`ops.services.restore`) and folds CRR_EVENTS
 from right after the position the status covers.  Only when it cannot (first
 start, snapshot deleted, of another layout or an older writer, a record that
 does not restore, the events stream behind the snapshot) does it rebuild from
@@ -18,11 +18,11 @@ Position: after each flush the projector writes its status (`last_seq`,
 read every record it covers.  A partition (`partition=k` of N) consumes
 only its own subjects, so its `last_seq` is the last of *its* events; its
 `covered_seq` extends that over the other partitions' events
-(`ops.position`).
+(`ops.services.position`).
 
-The `Projector` is the run loop over named parts: `ops.restore` (the
-checkpoint restore, with `projections.checkpoint`), `ops.position` (stream
-positions and coverage), `ops.snapshot_writer` (dedupe, pipelined and
+The `Projector` is the run loop over named parts: `ops.services.restore` (the
+checkpoint restore, with `projections.checkpoint`), `ops.services.position` (stream
+positions and coverage), `ops.services.snapshot_writer` (dedupe, pipelined and
 fenced writes, dead letters), and the pure fold.
 
 Repartitioning (N changes, or 1 ↔ N): events stored before the change keep
@@ -78,13 +78,13 @@ from bus.subjects import (
     host_snapshot_subject,
     published_subject,
 )
-from ops.checkpoint_read import RawRecords, load_checkpoint
-from ops.lease import Lease
-from ops.metrics import ProjectorMetrics
-from ops.position import Position
-from ops.replay import status_subject
-from ops.restore import NotRestorable, Restored, catalog_digest, restore_from
-from ops.snapshot_writer import SnapshotWriter
+from ops.services.checkpoint_read import RawRecords, load_checkpoint
+from ops.services.lease import Lease
+from ops.services.metrics import ProjectorMetrics
+from ops.services.position import Position
+from ops.services.replay import status_subject
+from ops.services.restore import NotRestorable, Restored, catalog_digest, restore_from
+from ops.services.snapshot_writer import SnapshotWriter
 from projections.checkpoint import CheckpointError, Deferred, Lazy
 from projections.envelope import Envelope
 from projections.fold import Changes, apply, expire, next_deadline
@@ -174,7 +174,7 @@ class Projector:
         gc_freeze: bool = False,
         restore: bool = True,
     ) -> None:
-        """`lease`: HA mode (ops/lease.py) — write only while holding it, else follow as a
+        """`lease`: HA mode (ops/services/lease.py) — write only while holding it, else follow as a
         warm standby.  `partition`: fold only the hosts of that partition (see
         `partition_filters`); partition 0 also owns the catalog and cluster records.
         `gc_freeze`: a process-wide choice for the process that runs the projector

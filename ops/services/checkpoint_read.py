@@ -2,7 +2,7 @@
 
 One small function, so that the projector's restore reads CRR_SNAPSHOT the
 way every other reader does: today with the lowest-level ordered read
-(`ops.replay.read_snapshot_bytes`: one `bus.ordered.OrderedReader`,
+(`ops.services.replay.read_snapshot_bytes`: one `bus.ordered.OrderedReader`,
 DeliverLastPerSubject); switching it to the
 shared follower of compacted streams is a change of this function only.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from nats.aio.client import Client
 
-from ops.replay import read_snapshot_bytes
+from ops.services.replay import read_snapshot_bytes
 
 RawRecords = dict[str, tuple[int, bytes]]
 """CRR_SNAPSHOT subject -> (stream sequence, raw bytes) of its last record."""

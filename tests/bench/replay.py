@@ -1,11 +1,11 @@
-"""Replay throughput: `python -m ops.bench.replay [--hosts N] [--reports N]`.
+"""Replay throughput: `python -m tests.bench.replay [--hosts N] [--reports N]`.
 
-Three rates over the same events (the `ops.bench.fold` workload: 20-value
+Three rates over the same events (the `tests.bench.fold` workload: 20-value
 reports round-robin over the hosts), measured in the same run:
 
 - raw fold: `projections.fold.apply` over in-memory Envelopes (the baseline);
 - replay from a file: `crr events export` lines read and decoded by
-  `ops.replay.read_export`, folded by `projections.history.Replay`;
+  `ops.services.replay.read_export`, folded by `projections.history.Replay`;
 - replay from the stream: the same events published to CRR_EVENTS on an
   embedded nats-server, read back with an ordered consumer and folded.
 
@@ -26,12 +26,12 @@ from bus.connection import connect
 from bus.ordered import StoredMessage
 from bus.server import NatsServer
 from bus.streams import provision
-from ops.bench.fold import catalog_envelope, envelopes
-from ops.replay import export_line, read_export, run_replay
+from ops.services.replay import export_line, read_export, run_replay
 from projections.envelope import Envelope
 from projections.fold import apply
 from projections.history import Cut, Replay
 from projections.state import ProjectionState
+from tests.bench.fold import catalog_envelope, envelopes
 
 
 def fold_seconds(envs: list[Envelope]) -> float:
@@ -86,7 +86,7 @@ async def stream_seconds(envs: list[Envelope], store: Path) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; exit 1 if the file replay misses its goal."""
-    ap = argparse.ArgumentParser(prog="python -m ops.bench.replay",
+    ap = argparse.ArgumentParser(prog="python -m tests.bench.replay",
                                  description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--hosts", type=int, default=2000, help="hosts reporting (default 2000)")
     ap.add_argument("--reports", type=int, default=100_000, help="reports (default 100k)")

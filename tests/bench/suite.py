@@ -1,12 +1,12 @@
 """`crr bench`: the whole pipeline on one machine, every figure beside a baseline from the same run.
 
     crr bench [--quick] [--hosts N] [--out DIR] [--soak 30m]
-    python -m ops.bench.suite ...          (the same)
+    python -m tests.bench.suite ...          (the same)
 
 An embedded nats-server, the projector as a separate process (`crr
 projector`, as in production), the simulated reporters
 (`producers.simulator.Fleet` through `bus.pipeline_publish`) and the
-scheduler view (`ops.view.SchedulerView`) in this process.  Measured:
+scheduler view (`ops.services.view.SchedulerView`) in this process.  Measured:
 
 1. report → view latency p50/p99 at a fixed offered rate (50k hosts @ 10 s
    = 5k reports/s; `--quick`: 10k hosts @ 4 s), and stale-detection
@@ -22,16 +22,16 @@ scheduler view (`ops.view.SchedulerView`) in this process.  Measured:
    RSS per host: the RSS after the load minus that of the same process
    connected and idle before it);
 5. `select[]` host-evaluations/s vs the hand-written lambda (and ClassAd
-   when `htcondor` is importable), reusing `ops.bench.select`;
+   when `htcondor` is importable), reusing `tests.bench.select`;
 6. projector RSS per host;
-7. the **raw relay** baseline (`ops.bench.relay`): the same publisher and
+7. the **raw relay** baseline (`tests.bench.relay`): the same publisher and
    rates, a process that only republishes each report (padded to a host
    record's size) into a last-per-subject stream, and a reader here — its
    latency at the fixed rate and its ramp (max sustained offered load with
    zero loss), beside crr's.  It runs after crr's phases, with the
    projector stopped (the same process layout: publisher, one process in
    the middle, the reader here);
-8. projector restart (restore from CRR_SNAPSHOT) vs a raw read of it (`ops.bench.restart`).
+8. projector restart (restore from CRR_SNAPSHOT) vs a raw read of it (`tests.bench.restart`).
 
 Writes `bench-results.json` and, when matplotlib is installed (the optional
 `bench` extra), `bench-plot.png` (latency CDF; throughput vs offered load).
@@ -73,11 +73,9 @@ from bus.subjects import (
     SNAPSHOT_STREAM,
     host_snapshot_subject,
 )
-from ops.bench import restart
-from ops.bench import select as sb
-from ops.bench.relay import RelayProcess, RelayReader, provision_relay, terminate
-from ops.snapshot_reader import read_snapshot
-from ops.view import SchedulerView
+from ops.commands.bench import add_arguments
+from ops.services.snapshot_reader import read_snapshot
+from ops.services.view import SchedulerView
 from producers.simulator import SILENT, Event, Faults, Fleet, run_fleet, sim_catalog
 from projections.host_table import HostTable, expires_seconds
 from projections.select import compile_select
@@ -86,6 +84,9 @@ from schemas.duration import parse_duration
 from schemas.errors import CrrError
 from schemas.snapshot import ProjectorStatus
 from schemas.timestamps import parse_time
+from tests.bench import restart
+from tests.bench import select as sb
+from tests.bench.relay import RelayProcess, RelayReader, provision_relay, terminate
 
 RESOURCES = 20
 
@@ -353,7 +354,7 @@ async def relay_pad(nc: Client) -> int:
 
 async def relay_phase(nc: Client, url: str, catalog: Any, plan: Plan, pad: int,
                       ) -> dict[str, Any]:
-    """The raw relay (`ops.bench.relay`): latency at the fixed rate, then its ramp."""
+    """The raw relay (`tests.bench.relay`): latency at the fixed rate, then its ramp."""
     await provision_relay(nc)
     relay = RelayProcess(url, pad)
     reader = RelayReader(nc)
@@ -496,7 +497,7 @@ async def _child_cold_start(url: str, mode: str) -> dict[str, Any]:
 def cold_start(url: str, mode: str) -> dict[str, Any]:
     """Run `_child_cold_start` in a fresh interpreter; its JSON result."""
     out = subprocess.run(
-        [sys.executable, "-m", "ops.bench.suite", "--child", mode, "--server", url],
+        [sys.executable, "-m", "tests.bench.suite", "--child", mode, "--server", url],
         capture_output=True, text=True, timeout=600, check=True)
     result: dict[str, Any] = json.loads(out.stdout)
     return result
@@ -764,23 +765,9 @@ async def soak(nc: Client, url: str, plan: Plan, duration: float, *,
     return 0
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `crr bench` / `python -m ops.bench.suite`."""
-    p.add_argument("--quick", action="store_true", help="smaller sizes; under a minute")
-    p.add_argument("--hosts", type=int, default=None, help="override the host count")
-    p.add_argument("--out", default=".", help="directory for bench-results.json and the plot")
-    p.add_argument("--skip", action="append",
-                   choices=["ramp", "max", "relay", "select", "restart"],
-                   help="leave out a phase (repeatable); the others still run")
-    p.add_argument("--no-pack", action="store_true",
-                   help="the view keeps its records uncompressed (less CPU, more memory)")
-    p.add_argument("--soak", default=None, metavar="DURATION",
-                   help="soak mode: the fixed load for DURATION (e.g. 30m), RSS sampled")
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m ops.bench.suite`."""
-    parser = argparse.ArgumentParser(prog="python -m ops.bench.suite", description=__doc__,
+    """Entry point of `python -m tests.bench.suite`."""
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.suite", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     parser.add_argument("--child", choices=["view", "view-nopack", "raw"], help=argparse.SUPPRESS)

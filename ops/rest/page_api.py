@@ -9,14 +9,14 @@
   state, projector liveness and lag.
 - `GET /v1/hosts/{host}/timeline?window=1h`: each value and reporter state
   of a host over the window, replayed from CRR_EVENTS with `crr replay`'s
-  fold (`ops/host_timeline.py`); a window beyond the stream's retention is
+  fold (`ops/services/host_timeline.py`); a window beyond the stream's retention is
   a 400.
 - `GET /v1/explain?expr=…&host=…`: `crr explain`, as data and as its text.
 - `GET /v1/latency?since=15m`: `crr latency`'s figures per reporter and the
   slowest reports, with trace ids (and `trace_url`, from `CRR_TRACE_URL`)
   when tracing is on.
 
-Bad input is a 4xx problem detail (see `ops/rest.py`), never a 500.
+Bad input is a 4xx problem detail (see `ops/rest/app.py`), never a 500.
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from litestar.exceptions import NotFoundException
 from litestar.params import PathParameter, QueryParameter
 
 from ops.commands.latency import ReporterLatency, SlowReport, collect, slowest, summarize
-from ops.host_query import MAX_LIMIT, HostFacts, HostPage, Summary, query
-from ops.host_query import summarize as count_hosts
-from ops.host_timeline import read_timeline, retention
-from ops.liveness import silent_after
-from ops.reporter_health import FAILING_STATES
-from ops.view import SchedulerView
+from ops.rest.host_query import MAX_LIMIT, HostFacts, HostPage, Summary, query
+from ops.rest.host_query import summarize as count_hosts
+from ops.services.host_timeline import read_timeline, retention
+from ops.services.liveness import silent_after
+from ops.services.reporter_health import FAILING_STATES
+from ops.services.view import SchedulerView
 from projections.freshness import ProjectorLiveness, projector_liveness
 from projections.select import Explanation
 from projections.select.columnar import truth
@@ -126,7 +126,7 @@ class PageApi:
             return out
 
     def handlers(self) -> list[Any]:
-        """The routes (added to `ops.rest`'s)."""
+        """The routes (added to `ops.rest.app`'s)."""
         page = self
         view = self.view
 

@@ -1,6 +1,6 @@
 """The projector's restart from its checkpoint (DESIGN §4: the snapshot is the checkpoint).
 
-Given what CRR_SNAPSHOT holds (`ops.checkpoint_read.load_checkpoint`), decide
+Given what CRR_SNAPSHOT holds (`ops.services.checkpoint_read.load_checkpoint`), decide
 whether this projector (or partition) can restore its fold state from its own
 records, and build that state (`projections.checkpoint`).  It cannot — and
 the caller rebuilds from the last event per subject, saying why — when there
@@ -39,8 +39,8 @@ from bus.subjects import (
     SNAPSHOT_HOST_PREFIX,
     untoken,
 )
-from ops.checkpoint_read import RawRecords
-from ops.replay import status_subject
+from ops.services.checkpoint_read import RawRecords
+from ops.services.replay import status_subject
 from projections.checkpoint import (
     CheckpointError,
     Deferred,

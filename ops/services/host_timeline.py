@@ -20,7 +20,7 @@ from nats.js.api import DeliverPolicy
 from bus.errors import nats_errors
 from bus.ordered import OrderedReader, StoredMessage
 from bus.subjects import CATALOG, EVENTS_STREAM, published_subject, token
-from ops.replay import stream_range
+from ops.services.replay import stream_range
 from projections.envelope import Envelope
 from projections.timeline import HostTimeline, replay_timeline
 from schemas.errors import CrrError, NotFoundOnServerError

@@ -1,8 +1,8 @@
 """Partitioned projectors: start-up, the position work, and `wait_until` latency.
 
-`python -m ops.bench.partitions [--hosts N] [--probes N]`
+`python -m tests.bench.partitions [--hosts N] [--probes N]`
 
-The same events (one 20-value report per host: the `ops.bench.fold`
+The same events (one 20-value report per host: the `tests.bench.fold`
 workload) on two embedded servers, one stream unpartitioned and one stored
 with `partition(2, host)`:
 
@@ -39,11 +39,11 @@ from bus.pipeline_publish import PipelinePublisher
 from bus.server import NatsServer
 from bus.streams import StreamSettings, provision
 from bus.subjects import CATALOG, event_subject
-from ops.bench.fold import bench_catalog, payload
-from ops.projector import Projector
-from ops.view import SchedulerView
+from ops.services.projector import Projector
+from ops.services.view import SchedulerView
 from schemas.catalog import Catalog
 from schemas.codec import encode
+from tests.bench.fold import bench_catalog, payload
 
 
 async def publish_hosts(nc: Client, hosts: int, catalog: Catalog | None = None) -> None:
@@ -144,7 +144,7 @@ async def bench(hosts: int, probes: int, status_interval: float, store: Path) ->
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point (see the module doc)."""
-    p = argparse.ArgumentParser(prog="python -m ops.bench.partitions", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m tests.bench.partitions", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hosts", type=int, default=20_000)
     p.add_argument("--probes", type=int, default=40)

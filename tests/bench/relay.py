@@ -9,7 +9,7 @@ padded to the size of a host record, into `RELAY_OUT` (one message kept per
 subject, as CRR_SNAPSHOT); the reader follows `RELAY_OUT` and times each
 message from the report's `observed_at` — the clock crr's latency uses.
 
-    python -m ops.bench.relay --server URL --pad BYTES      (the relay process)
+    python -m tests.bench.relay --server URL --pad BYTES      (the relay process)
 
 `crr bench` starts it (`RelayProcess`), drives it with the same publisher
 and rates as crr, and reads it with `RelayReader`.
@@ -83,7 +83,7 @@ class RelayProcess:
 
     def __init__(self, url: str, pad: int) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ops.bench.relay", "--server", url, "--pad", str(pad)],
+            [sys.executable, "-m", "tests.bench.relay", "--server", url, "--pad", str(pad)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
 
     def wait_ready(self) -> None:
@@ -168,7 +168,7 @@ def _epoch(text: str) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the relay process."""
-    parser = argparse.ArgumentParser(prog="python -m ops.bench.relay", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.relay", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", required=True)
     parser.add_argument("--pad", type=int, default=0,

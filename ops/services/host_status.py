@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from ops.reporter_health import FAILING_STATES
+from ops.services.reporter_health import FAILING_STATES
 from projections.freshness import value_state
 from projections.host_table import expires_seconds
 from schemas.snapshot import HostSnapshot, InventoryEntry, ValueEntry, ValueState

@@ -1,4 +1,4 @@
-"""Fold throughput and state memory: `python -m ops.bench.fold [--hosts N] [--reports N]`.
+"""Fold throughput and state memory: `python -m tests.bench.fold [--hosts N] [--reports N]`.
 
 Throughput: 20-value reports (numbers, booleans, a string, a string set)
 folded in-process through `projections.fold.apply`, in stream order with
@@ -166,7 +166,7 @@ def measure_memory(hosts: int) -> tuple[float, float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the numbers; exit 1 if a goal is missed."""
-    ap = argparse.ArgumentParser(prog="python -m ops.bench.fold",
+    ap = argparse.ArgumentParser(prog="python -m tests.bench.fold",
                                  description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--hosts", type=int, default=2000, help="hosts reporting (default 2000)")
     ap.add_argument("--reports", type=int, default=100_000, help="reports folded (default 100k)")
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory_hosts:
         # A fresh process, so the peak RSS is the state's and the interpreter's only.
         child = subprocess.run(
-            [sys.executable, "-m", "ops.bench.fold", "--memory-only",
+            [sys.executable, "-m", "tests.bench.fold", "--memory-only",
              "--memory-hosts", str(args.memory_hosts)], check=False)
         ok = ok and child.returncode == 0
     return 0 if ok else 1

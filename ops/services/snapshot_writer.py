@@ -5,9 +5,9 @@ digest per subject: `WrittenRecords`), so a record whose canonical bytes did
 not change is never written again (a restart rewrites nothing); writes the
 changed records pipelined (one wildcard ack inbox, no task per record) on
 the hot path, or one by one with fencing headers while an HA lease is held
-(ops/lease.py) and for records that continue a sampled trace; and publishes
+(ops/services/lease.py) and for records that continue a sampled trace; and publishes
 dead letters with a de-duplicating message id.  What to write, and when, is
-the projector's business (ops/projector.py).
+the projector's business (ops/services/projector.py).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from bus.errors import nats_errors
 from bus.pipeline_publish import PipelinePublisher
 from bus.retry import FENCE_BUSY
 from bus.subjects import DEADLETTER
-from ops.checkpoint_read import RawRecords
-from ops.lease import Lease
+from ops.services.checkpoint_read import RawRecords
+from ops.services.lease import Lease
 from schemas.codec import encode
 from schemas.errors import BusError, LeaseLostError, SequenceCheckBusyError, WrongLastSequenceError
 from schemas.events import DeadLetter
@@ -193,7 +193,7 @@ class SnapshotWriter:
     async def _publish_window(self, window: list[tuple[str, bytes]],
                               fence: dict[str, str] | None) -> None:
         """Write `window` concurrently; fenced writes a clustered stream refused as busy
-        (one fenced write in flight at a time, ops/lease.py) are retried one by one."""
+        (one fenced write in flight at a time, ops/services/lease.py) are retried one by one."""
         results = await asyncio.gather(*(self.publish(s, d, fence) for s, d in window),
                                        return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]

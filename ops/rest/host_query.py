@@ -1,10 +1,10 @@
 """Find, filter, sort and page hosts for the status page; and the health summary over them.
 
-No IO and no clock (`now` is an argument): the REST layer (`ops/page_api.py`)
+No IO and no clock (`now` is an argument): the REST layer (`ops/rest/page_api.py`)
 passes the scheduler view's table.  A page is found on the table's arrays
 in host-name order (name pattern and `select[]` masks, value sorts with
 numpy); a host's record is read only when it is on the page or a STATUS or
-reporter filter needs it.  Each host's STATUS (`ops.host_status`, on the record as it is at
+reporter filter needs it.  Each host's STATUS (`ops.services.host_status`, on the record as it is at
 `now` via `projections.freshness`), its value counts by state and its reporters'
 states are cached per record until its next `expires_at`, so only records
 that changed or expired since are looked at again.
@@ -22,8 +22,8 @@ from typing import Final
 import msgspec
 import numpy as np
 
-from ops.host_status import HostStatus, host_status
-from ops.reporter_health import FAILING_STATES
+from ops.services.host_status import HostStatus, host_status
+from ops.services.reporter_health import FAILING_STATES
 from projections.freshness import ProjectorLiveness, host_at
 from projections.host_table import BoolArray, HostTable, IntArray, expires_seconds
 from projections.select import Section

@@ -1,6 +1,6 @@
 """Benchmark of the scheduler view against a real embedded nats-server (a command, not a test).
 
-    python -m ops.bench.view [--hosts 50000] [--select-hosts 10000] [--updates 20000]
+    python -m tests.bench.view [--hosts 50000] [--select-hosts 10000] [--updates 20000]
 
 Fills CRR_SNAPSHOT directly (catalog + N HostSnapshots, as the projector
 would write them) and prints, each beside a baseline measured in the same
@@ -38,10 +38,10 @@ from bus.ordered import StoredMessage, parse_ack_reply
 from bus.server import NatsServer
 from bus.streams import provision
 from bus.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM, host_snapshot_subject
-from ops.bench.select import CATALOG, make_hosts
-from ops.view import SNAPSHOT_FILTER, SchedulerView
+from ops.services.view import SNAPSHOT_FILTER, SchedulerView
 from schemas.codec import DECODERS, encode
 from schemas.snapshot import HostSnapshot
+from tests.bench.select import CATALOG, make_hosts
 
 WINDOW = 2000
 SELECT_EXPR = 'site_ok && scratch_free > 200 && datasets has "imagenet" && os == "rhel9"'
@@ -245,8 +245,8 @@ async def bench(hosts: int, select_hosts: int, updates: int, seed: int, store: P
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m ops.bench.view`."""
-    parser = argparse.ArgumentParser(prog="python -m ops.bench.view", description=__doc__,
+    """Entry point of `python -m tests.bench.view`."""
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.view", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", type=int, default=50_000, help="hosts for the cold start")
     parser.add_argument("--select-hosts", type=int, default=10_000,

@@ -1,4 +1,4 @@
-"""Agent overhead: `python -m ops.bench.agent [--reporters 20] [--interval 1] [--duration 20]`.
+"""Agent overhead: `python -m tests.bench.agent [--reporters 20] [--interval 1] [--duration 20]`.
 
 Runs the real `crr agent` (a separate process, started through the CLI)
 against an embedded nats-server with `--reporters` periodic script
@@ -186,7 +186,7 @@ async def bench(n: int, interval: float, duration: float, warmup: float) -> int:
 
 def main() -> int:
     """Command-line entry point."""
-    p = argparse.ArgumentParser(prog="python -m ops.bench.agent", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m tests.bench.agent", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reporters", type=int, default=20)
     p.add_argument("--interval", type=float, default=1.0)

@@ -47,8 +47,8 @@ from schemas.errors import SubjectError
 
 if TYPE_CHECKING:
     from bus.ordered import StoredMessage
-    from ops.projector import Projector
-    from ops.view import SchedulerView
+    from ops.services.projector import Projector
+    from ops.services.view import SchedulerView
     from projections.freshness import ProjectorLiveness
 
 LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,

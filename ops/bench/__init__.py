@@ -1,1 +1,0 @@
-"""Benchmarks, run as commands (`python -m ops.bench.<name>`), never as timed tests."""

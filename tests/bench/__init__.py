@@ -1,0 +1,1 @@
+"""Benchmarks, run as commands (`python -m tests.bench.<name>`), never as timed tests."""
