@@ -18,20 +18,7 @@ from nats.js.api import StreamConfig
 from bus.connection import connect, open_connection
 from bus.errors import NO_STREAMS, describe, from_nats, nats_errors
 from bus.outbox import Outbox
-from schemas.errors import (
-    BusError,
-    BusTimeoutError,
-    CrrError,
-    DuplicateInProcessError,
-    JetStreamError,
-    MessageTooLargeError,
-    NoRespondersError,
-    NotConnectedError,
-    NotFoundOnServerError,
-    SequenceCheckBusyError,
-    StreamNotFoundError,
-    WrongLastSequenceError,
-)
+from schemas import errors as tree
 
 
 async def _stream(nc: Client, name: str) -> None:
@@ -41,7 +28,7 @@ async def _stream(nc: Client, name: str) -> None:
 async def test_publish_no_stream_captures_is_no_responders(nc: Client) -> None:
     """A JetStream publish to a subject no stream captures: NoRespondersError, retriable
     (a stream may be created), whose text says what to do."""
-    with pytest.raises(NoRespondersError) as caught, nats_errors():
+    with pytest.raises(tree.NoRespondersError) as caught, nats_errors():
         await nc.jetstream(timeout=2.0).publish("nobody.stores.this", b"x")
     assert caught.value.retriable
     assert isinstance(caught.value.__cause__, nats.errors.Error)
@@ -50,7 +37,7 @@ async def test_publish_no_stream_captures_is_no_responders(nc: Client) -> None:
 
 async def test_request_with_no_responders(nc: Client) -> None:
     """A core request nobody subscribes to: NoRespondersError, retriable."""
-    with pytest.raises(NoRespondersError) as caught, nats_errors():
+    with pytest.raises(tree.NoRespondersError) as caught, nats_errors():
         await nc.request("nobody.listens.here", b"?", timeout=2.0)
     assert caught.value.retriable
     assert isinstance(caught.value.__cause__, nats.errors.NoRespondersError)
@@ -63,7 +50,7 @@ async def test_request_without_an_answer_times_out(nc: Client) -> None:
 
     sub = await nc.subscribe("mute.service", cb=mute)
     try:
-        with pytest.raises(BusTimeoutError) as caught, nats_errors(where="mute.service"):
+        with pytest.raises(tree.BusTimeoutError) as caught, nats_errors(where="mute.service"):
             await nc.request("mute.service", b"?", timeout=0.2)
     finally:
         await sub.unsubscribe()
@@ -75,7 +62,7 @@ async def test_request_without_an_answer_times_out(nc: Client) -> None:
 async def test_missing_stream_is_stream_not_found(nc: Client) -> None:
     """stream_info of a stream that does not exist: StreamNotFoundError (a LookupError),
     not retriable, said as "start the projector"."""
-    with pytest.raises(StreamNotFoundError) as caught, nats_errors():
+    with pytest.raises(tree.StreamNotFoundError) as caught, nats_errors():
         await nc.jetstream().stream_info("NO_SUCH_STREAM")
     err = caught.value
     assert not err.retriable
@@ -88,9 +75,9 @@ async def test_missing_stream_is_stream_not_found(nc: Client) -> None:
 async def test_missing_message_is_not_found_but_not_a_missing_stream(nc: Client) -> None:
     """No message on a subject of an existing stream: NotFoundOnServerError only."""
     await _stream(nc, "ERRS_MSG")
-    with pytest.raises(NotFoundOnServerError) as caught, nats_errors():
+    with pytest.raises(tree.NotFoundOnServerError) as caught, nats_errors():
         await nc.jetstream().get_last_msg("ERRS_MSG", "errs_msg.none")
-    assert not isinstance(caught.value, StreamNotFoundError)
+    assert not isinstance(caught.value, tree.StreamNotFoundError)
     assert not caught.value.retriable
 
 
@@ -100,7 +87,7 @@ async def test_wrong_expected_sequence_is_the_fence(nc: Client) -> None:
     await _stream(nc, "ERRS_FENCE")
     js = nc.jetstream()
     await js.publish("errs_fence.a", b"1")
-    with pytest.raises(WrongLastSequenceError) as caught, nats_errors():
+    with pytest.raises(tree.WrongLastSequenceError) as caught, nats_errors():
         await js.publish("errs_fence.a", b"2",
                          headers={"Nats-Expected-Last-Subject-Sequence": "7"})
     assert caught.value.err_code == 10071
@@ -110,11 +97,11 @@ async def test_wrong_expected_sequence_is_the_fence(nc: Client) -> None:
 async def test_conflicting_stream_is_a_refusal(nc: Client) -> None:
     """A JetStream request the server refuses (a 400): JetStreamError, not retriable."""
     await _stream(nc, "ERRS_DUP")
-    with pytest.raises(JetStreamError) as caught, nats_errors():
+    with pytest.raises(tree.JetStreamError) as caught, nats_errors():
         await nc.jetstream().add_stream(StreamConfig(name="ERRS_DUP", subjects=["other.>"]))
     assert caught.value.code == 400
     assert not caught.value.retriable
-    assert type(caught.value) is JetStreamError
+    assert type(caught.value) is tree.JetStreamError
 
 
 async def test_connect_to_a_closed_port(nats_url: str) -> None:
@@ -123,13 +110,13 @@ async def test_connect_to_a_closed_port(nats_url: str) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(NotConnectedError) as caught:
+    with pytest.raises(tree.NotConnectedError) as caught:
         await open_connection(f"nats://127.0.0.1:{port}", attempts=1, connect_timeout=0.5)
     assert caught.value.retriable
     assert f"127.0.0.1:{port}" in str(caught.value)
     # The same failure from a raw socket maps the same way.
     refused = from_nats(ConnectionRefusedError(111, "Connection refused"))
-    assert isinstance(refused, NotConnectedError)
+    assert isinstance(refused, tree.NotConnectedError)
     assert refused.retriable
 
 
@@ -146,8 +133,8 @@ async def test_outbox_rejects_what_is_not_retriable(nc: Client) -> None:
         await outbox.flush(10.0)
     finally:
         await outbox.close()
-    assert [type(e) for e in errors] == [MessageTooLargeError]
-    assert isinstance(errors[0], CrrError)
+    assert [type(e) for e in errors] == [tree.MessageTooLargeError]
+    assert isinstance(errors[0], tree.CrrError)
     assert not errors[0].retriable
     assert (outbox.stats.rejected, outbox.stats.retried) == (1, 0)
     info = await nc.jetstream().stream_info("ERRS_BIG")
@@ -156,7 +143,7 @@ async def test_outbox_rejects_what_is_not_retriable(nc: Client) -> None:
 
 async def test_a_command_sees_crr_errors(nats_url: str) -> None:
     """What escapes `connect()`'s block is crr's error (the bus boundary of a command)."""
-    with pytest.raises(StreamNotFoundError):
+    with pytest.raises(tree.StreamNotFoundError):
         async with connect(nats_url, name="crr-test") as client:
             await client.jetstream().stream_info("NOT_THERE")
 
@@ -172,22 +159,22 @@ def test_every_nats_error_maps_into_the_tree() -> None:
         except TypeError:
             continue  # needs arguments nats-py always gives; covered by the cases above
         mapped = from_nats(exc)
-        assert isinstance(mapped, CrrError), cls
-        assert isinstance(mapped, BusError) or not mapped.retriable, cls
+        assert isinstance(mapped, tree.CrrError), cls
+        assert isinstance(mapped, tree.BusError) or not mapped.retriable, cls
 
 
 @pytest.mark.parametrize(("code", "err_code", "cls", "retriable"), [
-    (503, None, JetStreamError, True),      # no leader during an election
-    (500, None, JetStreamError, True),
-    (400, 10164, SequenceCheckBusyError, True),   # another fenced write in flight
-    (400, 10158, DuplicateInProcessError, True),  # an earlier attempt still being stored
-    (400, 10071, WrongLastSequenceError, False),
-    (404, 10059, StreamNotFoundError, False),
-    (404, 10037, NotFoundOnServerError, False),
-    (400, 10058, JetStreamError, False),
+    (503, None, tree.JetStreamError, True),      # no leader during an election
+    (500, None, tree.JetStreamError, True),
+    (400, 10164, tree.SequenceCheckBusyError, True),   # another fenced write in flight
+    (400, 10158, tree.DuplicateInProcessError, True),  # an earlier attempt still being stored
+    (400, 10071, tree.WrongLastSequenceError, False),
+    (404, 10059, tree.StreamNotFoundError, False),
+    (404, 10037, tree.NotFoundOnServerError, False),
+    (400, 10058, tree.JetStreamError, False),
 ])
-def test_jetstream_api_errors_by_code(code: int, err_code: int | None, cls: type[JetStreamError],
-                                      retriable: bool) -> None:
+def test_jetstream_api_errors_by_code(code: int, err_code: int | None,
+                                      cls: type[tree.JetStreamError], retriable: bool) -> None:
     """JetStream API errors map by err_code, else by status; 5xx are retriable."""
     mapped = from_nats(nats.js.errors.APIError(code=code, err_code=err_code,
                                                description="x"))
