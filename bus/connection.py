@@ -30,6 +30,7 @@ import nats
 import nats.errors
 from nats.aio.client import Client
 
+from bus import nats_headers
 from bus.errors import BUS_FAILURES, NATS_FAILURES, as_crr_error, describe
 from bus.retry import CONNECT, RECONNECT
 from schemas.errors import AuthError, NotConnectedError
@@ -368,11 +369,13 @@ async def _connect_once(
         if not task.done():
             task.cancel()
     try:
-        return await task
+        nc: Client = await task
     except asyncio.CancelledError:
         if fatal.is_set() and seen:
             raise seen[0] from None
         raise
+    nats_headers.install(nc)  # the same headers, parsed faster (every message has some)
+    return nc
 
 
 @asynccontextmanager

@@ -40,6 +40,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from bus import direct
 from schemas.errors import BusError, CrrTimeoutError
 
 log = logging.getLogger("crr.bus.pipeline")
@@ -125,6 +126,8 @@ class PipelinePublisher:
         if self._sub is None:
             self._sub = await self._nc.subscribe(self._prefix + "*", cb=self._on_ack,
                                                  pending_msgs_limit=4 * self._max + 1024)
+            # Plain acks are handled as they are read (no Msg, no queue, no task hop).
+            direct.route(self._nc, self._sub, self._on_ack_bytes)
             self._sweeper = asyncio.create_task(self._sweep(), name="crr-pipeline-sweep")
 
     async def __aenter__(self) -> PipelinePublisher:
@@ -184,6 +187,7 @@ class PipelinePublisher:
                 await self._sweeper
             self._sweeper = None
         if self._sub is not None:
+            direct.unroute(self._nc, self._sub)
             with contextlib.suppress(Exception):  # the connection may be gone already
                 await self._sub.unsubscribe()
             self._sub = None
@@ -199,16 +203,22 @@ class PipelinePublisher:
             self._idle.set()
 
     async def _on_ack(self, msg: Msg) -> None:
-        token = msg.subject[len(self._prefix):]
+        if msg.headers and msg.headers.get("Status") == "503":
+            return  # no responders (no stream yet): the guard re-sends after the timeout
+        self._ack(msg.subject[len(self._prefix):], msg.data)
+
+    def _on_ack_bytes(self, subject: bytes, data: bytes) -> None:
+        """An ack without headers, as read (`bus.direct`)."""
+        self._ack(subject[len(self._prefix):].decode(), data)
+
+    def _ack(self, token: str, data: bytes) -> None:
         pending = self._inflight.get(token)
         if pending is None:
             return  # the ack of a message already re-sent, acked or given up
-        if msg.headers and msg.headers.get("Status") == "503":
-            return  # no responders (no stream yet): the guard re-sends after the timeout
         try:
-            ack = _decode_ack(msg.data)
+            ack = _decode_ack(data)
         except msgspec.DecodeError:
-            ack = _Ack(error=_ApiError(code=500, description=f"bad ack {msg.data[:80]!r}"))
+            ack = _Ack(error=_ApiError(code=500, description=f"bad ack {data[:80]!r}"))
         if ack.error is not None and ack.error.code >= 500:
             return  # retriable (e.g. no leader): the guard re-sends after the timeout
         del self._inflight[token]

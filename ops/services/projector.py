@@ -88,7 +88,7 @@ from ops.services.snapshot_writer import SnapshotWriter
 from projections.checkpoint import CheckpointError, Deferred, Lazy
 from projections.envelope import Envelope
 from projections.fold import Changes, apply, expire, next_deadline
-from projections.state import ProjectionState, cluster_snapshot, host_names, host_snapshot
+from projections.state import ProjectionState, cluster_record, host_names, host_record
 from schemas.codec import DECODERS, encode
 from schemas.errors import BusError, CrrError, CrrTimeoutError, LeaseLostError, StreamConfigError
 from schemas.events import DeadLetter
@@ -441,11 +441,11 @@ class Projector:
             if dirty.catalog and state.catalog is not None and owns_shared:
                 yield SNAPSHOT_CATALOG, encode(state.catalog)
             if dirty.cluster and owns_shared:
-                yield SNAPSHOT_CLUSTER, encode(cluster_snapshot(state))
+                yield SNAPSHOT_CLUSTER, cluster_record(state)
             for h in sorted(dirty.hosts):
                 # A host no longer in the state was forgotten (`crr hosts forget`): an empty
                 # record is its delete marker (readers drop the host; compaction keeps only it).
-                yield host_snapshot_subject(h), (encode(host_snapshot(state, h))
+                yield host_snapshot_subject(h), (host_record(state, h)
                                                  if h in state.hosts else b"")
             self._release_held()  # all encoded: fold on while the acks come back
 

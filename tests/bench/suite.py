@@ -161,10 +161,11 @@ async def wait_projector(nc: Client, seq: int, timeout: float) -> float:
 class ProjectorProcess:
     """`crr projector` as a child process."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, cwd: str | None = None) -> None:
+        """`cwd`: run the projector of the checkout there (`python -m` imports from it)."""
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ops.cli", "projector", "--server", url],
-            stdin=subprocess.DEVNULL)
+            stdin=subprocess.DEVNULL, cwd=cwd)
 
     @property
     def rss(self) -> int:
