@@ -19,8 +19,8 @@ from projections.host_table import (
     HostTable,
     expires_many,
     expires_seconds,
-    normalize,
 )
+from projections.validation import normalize
 from schemas.catalog import Catalog
 from schemas.snapshot import AsOf, HostSnapshot, ValueEntry
 from schemas.timestamps import format_time, parse_time
