@@ -1,4 +1,4 @@
-"""Follow the active catalog from `crr.v1.snapshot.catalog` (agents, views)."""
+"""The active catalog from `crr.v1.snapshot.catalog`: read once, or followed (agents, views)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from nats.aio.client import Client
 
+from bus.errors import nats_errors
 from bus.ordered import OrderedReader, StoredMessage
 from bus.retry import FOLLOW
 from bus.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM
@@ -20,6 +21,16 @@ log = logging.getLogger("crr.bus.catalog")
 
 _FIRST_LOAD = 5.0
 """How long the initial read may take before "waiting for the catalog" is logged anyway."""
+
+
+async def fetch_catalog(nc: Client) -> Catalog | None:
+    """The active catalog (one read of CRR_SNAPSHOT), or None when none is active yet."""
+    try:
+        with nats_errors():
+            msg = await nc.jetstream().get_last_msg(SNAPSHOT_STREAM, SNAPSHOT_CATALOG)
+    except NotFoundOnServerError:
+        return None
+    return decode(msg.data, Catalog) if msg.data else None
 
 
 async def watch_catalog(nc: Client) -> AsyncIterator[Catalog]:

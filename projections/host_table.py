@@ -1054,8 +1054,3 @@ class HostTable:
                 code, expires, value = entry_code(spec.kind, entry)
                 values[name] = ClusterValue(spec, code, expires, value)
         self._cluster_values = values
-
-
-def upsert_all(table: HostTable, snapshots: Iterable[HostSnapshot]) -> None:
-    """Upsert many snapshots (a cold start): `table.load`, column-wise when the table is empty."""
-    table.load(snapshots)
