@@ -12,10 +12,10 @@ from nats.aio.client import Client
 from bus.errors import nats_errors
 from bus.ordered import OrderedReader, StoredMessage
 from bus.retry import FOLLOW
-from bus.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM
 from schemas.catalog import Catalog
 from schemas.codec import decode
 from schemas.errors import NotFoundOnServerError, PayloadError
+from schemas.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM
 
 log = logging.getLogger("crr.bus.catalog")
 

@@ -54,6 +54,7 @@ from schemas.errors import (
     CrrTimeoutError,
     DuplicateInProcessError,
 )
+from schemas.subjects import MSG_ID_HEADER
 
 log = logging.getLogger("crr.bus.outbox")
 
@@ -168,7 +169,7 @@ class Outbox:
         headers: dict[str, str] | None = None,
     ) -> None:
         """Queue a message; returns at once (see module doc for what is kept)."""
-        hdrs = {"Nats-Msg-Id": msg_id}
+        hdrs = {MSG_ID_HEADER: msg_id}
         if headers:
             hdrs.update(headers)
         item = _Item(subject, payload, hdrs, keep,

@@ -14,10 +14,10 @@ from nats.aio.client import Client
 
 from bus.errors import WRONG_LAST_SEQUENCE
 from bus.ordered import OrderedReader, StoredMessage
-from bus.subjects import SNAPSHOT_STREAM
 from ops.services.lease import Lease
 from ops.services.projector import Projector
 from schemas.errors import LeaseLostError
+from schemas.subjects import SNAPSHOT_STREAM
 from tests.fault_support import eventually
 from tests.projector_support import publish_catalog, publish_report, stored_host
 from tests.test_replay import cli

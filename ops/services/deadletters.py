@@ -17,7 +17,6 @@ from nats.aio.client import Client
 
 from bus.errors import nats_errors
 from bus.ordered import OrderedReader, StoredMessage
-from bus.subjects import DEADLETTER, EVENTS_STREAM, parse_event_subject, published_subject
 from schemas.codec import decode
 from schemas.errors import (
     CrrTimeoutError,
@@ -27,6 +26,7 @@ from schemas.errors import (
     SubjectError,
 )
 from schemas.events import DeadLetter
+from schemas.subjects import DEADLETTER, EVENTS_STREAM, parse_event_subject, published_subject
 
 
 class DeadLetterCount(msgspec.Struct, frozen=True, kw_only=True):

@@ -47,7 +47,6 @@ import msgspec
 from nats.aio.client import Client
 
 from bus.errors import nats_errors
-from bus.subjects import PREFIX, SNAPSHOT_STREAM
 from schemas.errors import (
     BusError,
     CrrError,
@@ -56,11 +55,11 @@ from schemas.errors import (
     SequenceCheckBusyError,
     WrongLastSequenceError,
 )
-from schemas.timestamps import format_time
+from schemas.subjects import SNAPSHOT_STREAM, lease_subject
+from schemas.wire_time import format_time
 
 log = logging.getLogger("crr.lease")
 
-LEASE_SUBJECT = f"{PREFIX}.snapshot.lease"
 DEFAULT_TTL = 3.0
 EXPECTED_SEQ = "Nats-Expected-Last-Subject-Sequence"
 EXPECTED_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
@@ -79,11 +78,6 @@ class LeaseRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 _encoder = msgspec.json.Encoder(order="sorted")
 _decoder = msgspec.json.Decoder(LeaseRecord)
-
-
-def lease_subject(partition: int | None = None) -> str:
-    """The lease subject of the (partitioned) projector."""
-    return LEASE_SUBJECT if partition is None else f"{LEASE_SUBJECT}.{partition}"
 
 
 def check_server_version(nc: Client) -> None:

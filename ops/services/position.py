@@ -19,8 +19,8 @@ import asyncio
 from nats.js.client import JetStreamContext
 
 from bus.errors import nats_errors
-from bus.subjects import EVENTS_STREAM
 from schemas.errors import CrrTimeoutError, NotFoundOnServerError
+from schemas.subjects import EVENTS_STREAM
 
 
 class Position:
