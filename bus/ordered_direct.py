@@ -57,6 +57,7 @@ class Direct:
         self.blocked: asyncio.Task[None] | None = None
         """A handler's wait still running: later messages take the queue."""
         self._sid = -1
+        self._stopped = False
         sub: Any = getattr(psub, "_sub", None)
         jsi: Any = getattr(sub, "_jsi", None)
         self._sub: Any = sub
@@ -85,13 +86,14 @@ class Direct:
 
     def _route(self) -> None:
         sub = self._sub
-        if sub is None or self._nc.is_closed:
+        if sub is None or self._stopped or self._nc.is_closed:
             return
         self._sid = sub._id
         direct.route_full(self._nc, self._sid, self._on_raw)
 
     def stop(self) -> None:
-        """No route any more (before unsubscribing)."""
+        """No route any more (before unsubscribing; a reset under way adds none)."""
+        self._stopped = True
         direct.unroute_sid(self._nc, self._sid)
 
     def _on_raw(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> bool:
@@ -118,7 +120,11 @@ class Direct:
         jsi._sseq = sseq
         jsi.track_sequences(reply.decode())
         self.direct += 1
-        out = self._deliver(sseq, int(t[7]) / 1e9, subject.decode(), data, hdrs, int(t[8]))
+        try:
+            out = self._deliver(sseq, int(t[7]) / 1e9, subject.decode(), data, hdrs, int(t[8]))
+        except Exception:
+            self.handled += 1  # (as nats-py's callback path counts it; the parser logs it)
+            raise
         if out is None:
             self.handled += 1
         else:
