@@ -109,9 +109,11 @@ class Reader(_np.Parser):
         nc = self.nc
         stats = nc.stats
         plain, full = self.plain, self.full
+        args = self._args  # a message whose payload an earlier read left incomplete
+        self._args = None
+        self.state = _np.AWAITING_CONTROL_LINE
         try:
             while pos < size:
-                args = self._args
                 if args is None:
                     eol = src.find(b"\r\n", pos)
                     if eol < 0:
@@ -132,12 +134,13 @@ class Reader(_np.Parser):
                             if self._stalled:
                                 break
                             continue
-                    self._args = args
-                    self.state = _np.AWAITING_MSG_PAYLOAD
                 sid, subject, reply, hdr_len, total = args
                 end = pos + total
                 if size < end + 2:
+                    self._args = args  # (the payload comes with a later read)
+                    self.state = _np.AWAITING_MSG_PAYLOAD
                     break
+                args = None
                 if hdr_len:
                     headers: bytes | None = src[pos:pos + hdr_len]
                     payload = src[pos + hdr_len:end]
@@ -145,8 +148,6 @@ class Reader(_np.Parser):
                     headers = None
                     payload = src[pos:end]
                 pos = end + 2
-                self._args = None
-                self.state = _np.AWAITING_CONTROL_LINE
                 handle = full.get(sid)
                 if handle is not None:
                     try:
