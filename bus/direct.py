@@ -137,9 +137,7 @@ class Reader(_np.Parser):
                 sid, subject, reply, hdr_len, total = args
                 end = pos + total
                 if size < end + 2:
-                    self._args = args  # (the payload comes with a later read)
-                    self.state = _np.AWAITING_MSG_PAYLOAD
-                    break
+                    break  # (the payload comes with a later read: kept below)
                 args = None
                 if hdr_len:
                     headers: bytes | None = src[pos:pos + hdr_len]
@@ -172,8 +170,12 @@ class Reader(_np.Parser):
                 if self._resets != resets:
                     return
         finally:
-            if pos < size and self._resets == resets:
-                self.buf.extend(src[pos:] if pos else src)
+            if self._resets == resets:
+                if args is not None:
+                    self._args = args
+                    self.state = _np.AWAITING_MSG_PAYLOAD
+                if pos < size:
+                    self.buf.extend(src[pos:] if pos else src)
 
     _stalled = False
 
