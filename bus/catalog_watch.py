@@ -1,4 +1,4 @@
-"""Follow the active catalog from `crr.v1.snapshot.catalog` (agents, views)."""
+"""The active catalog from `crr.v1.snapshot.catalog`: read once, or followed (agents, views)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import nats.errors
+import nats.js.errors
 import tenacity
 from nats.aio.client import Client
 
@@ -22,6 +23,15 @@ log = logging.getLogger("crr.bus.catalog")
 
 _FIRST_LOAD = 5.0
 """How long the initial read may take before "waiting for the catalog" is logged anyway."""
+
+
+async def fetch_catalog(nc: Client) -> Catalog | None:
+    """The active catalog (one read of CRR_SNAPSHOT), or None when none is active yet."""
+    try:
+        msg = await nc.jetstream().get_last_msg(SNAPSHOT_STREAM, SNAPSHOT_CATALOG)
+    except nats.js.errors.NotFoundError:
+        return None
+    return decode(msg.data, Catalog) if msg.data else None
 
 
 async def watch_catalog(nc: Client) -> AsyncIterator[Catalog]:

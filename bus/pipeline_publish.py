@@ -36,7 +36,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
-import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -150,20 +149,6 @@ class PipelinePublisher:
         self._idle.clear()
         self.stats.sent += 1
         await self._nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
-
-    async def publish_acked(self, items: list[tuple[str, bytes]], timeout: float = 30.0) -> None:
-        """Publish `items` and wait for every ack; raise if any was refused or never acked.
-
-        For a writer that must know all of a batch is stored before it moves on
-        (the projector's snapshot writes): nats.errors.Error on a refusal or a
-        give-up, CrrTimeoutError (a TimeoutError) when acks are still missing.
-        """
-        rejected, failed = self.stats.rejected, self.stats.failed
-        for subject, payload in items:
-            await self.publish(subject, payload)
-        await self.flush(timeout)
-        if self.stats.rejected != rejected or self.stats.failed != failed:
-            raise nats.errors.Error(f"pipelined publish failed: {self.stats.last_error}")
 
     async def flush(self, timeout: float = 30.0) -> None:
         """Wait until every message published so far is acknowledged or given up."""

@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 from typing import Any, Final
 
-from ops.services.host_status import STATUS_HELP, host_status, value_state_at
+from ops.services.host_status import STATUS_HELP, host_status
 from ops.services.reporter_health import FAILING_STATES
+from projections.freshness import entry_state
 from projections.host_table import expires_seconds
 from schemas.catalog import Catalog
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ValueEntry
@@ -51,7 +52,7 @@ def show_value(entry: ValueEntry | None, *, wide: bool = False, now: float | Non
     """
     if entry is None:
         return "-"
-    state = entry.state if now is None else value_state_at(entry, now)
+    state = entry.state if now is None else entry_state(entry, now)
     if state == "unknown":
         return "?"
     text = show_plain(entry.value if state == "fresh" else
@@ -141,7 +142,7 @@ def render_host_long(
             reporter = catalog.resources[name].reporter if catalog is not None else "-"
             rows.append([name, "-", "never_reported", "-", reporter, "-"])
             continue
-        state = value_state_at(entry, now)
+        state = entry_state(entry, now)
         value = entry.value if state == "fresh" else (
             entry.last_value if entry.state == "stale" else entry.value)
         shown = "?" if state == "unknown" else MARKS[state] + _cut(show_plain(value, wide),
@@ -153,7 +154,7 @@ def render_host_long(
     if snap.inventory:
         rows = [["INVENTORY", "DEVICES", "STATE", "REPORTER", "EXPIRES"]]
         for name, inv in sorted(snap.inventory.items()):
-            inv_state = value_state_at(inv, now)
+            inv_state = entry_state(inv, now)
             rows.append([name, str(len(inv.devices)), inv_state, inv.reporter,
                          _since(inv.expires_at, now)])
         lines.append("")

@@ -37,7 +37,7 @@ import msgspec
 
 from schemas.catalog import Kind
 from schemas.errors import ReporterError
-from schemas.events import Device, Pool
+from schemas.events import Device, Pool, non_finite
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -81,7 +81,7 @@ def _clip(text: str) -> str:
 
 
 def _finite_values(values: dict[str, Any], problems: list[str]) -> dict[str, Any]:
-    bad = [k for k, v in values.items() if isinstance(v, float) and not math.isfinite(v)]
+    bad = non_finite(values)
     for k in bad:
         problems.append(f"{k}: {values[k]!r} is not a finite number; value dropped")
     return {k: v for k, v in values.items() if k not in bad} if bad else values

@@ -27,17 +27,17 @@ import secrets
 import sys
 import time
 
-import nats.js.errors
 from nats.aio.client import Client
 
+from bus.catalog_watch import fetch_catalog
 from bus.connection import connect
 from bus.pipeline_publish import PipelinePublisher
 from bus.streams import provision
-from bus.subjects import CATALOG, SNAPSHOT_CATALOG, SNAPSHOT_STREAM
+from bus.subjects import CATALOG
 from ops.shutdown import stop_on_signals
 from producers.simulator import Faults, Fleet, RunStats, run_fleet, sim_catalog
 from schemas.catalog import Catalog
-from schemas.codec import decode, encode
+from schemas.codec import encode
 from schemas.errors import CrrError
 
 
@@ -82,21 +82,13 @@ def _check(args: argparse.Namespace) -> None:
         raise CrrError("--duration must be positive")
 
 
-async def _fetch_catalog(nc: Client) -> Catalog | None:
-    try:
-        msg = await nc.jetstream().get_last_msg(SNAPSHOT_STREAM, SNAPSHOT_CATALOG)
-    except nats.js.errors.NotFoundError:
-        return None
-    return decode(msg.data, Catalog) if msg.data else None
-
-
 async def _catalog(nc: Client, args: argparse.Namespace) -> Catalog:
     if args.apply_catalog:
         catalog = sim_catalog(args.resources, args.interval, args.reporters)
         await nc.jetstream().publish(
             CATALOG, encode(catalog), headers={"Nats-Msg-Id": f"catalog/{secrets.token_hex(8)}"})
         return catalog
-    active = await _fetch_catalog(nc)
+    active = await fetch_catalog(nc)
     if active is None or not any(s.scope == "host" for s in active.resources.values()):
         raise CrrError("no active catalog with host-scope resources: pass --apply-catalog "
                        "(and make sure a projector is running)")

@@ -145,7 +145,7 @@ def _one_batch(snap: CheckpointRecord) -> tuple[str, Batch] | None:
 def place(state: ProjectionState, host: str | None, snap: CheckpointRecord) -> None:
     """Install one restored record into `state` (replacing what it held for `host`)."""
     rec = record_of(snap)
-    lifetimes = state.lifetimes
+    lifetimes = state.plan.lifetimes
     for rs in rec.reporters.values():
         for b in rs.batches:
             if b.keyset <= lifetimes.keys():
@@ -273,14 +273,14 @@ def earliest_due(state: ProjectionState, data: bytes) -> tuple[str | None, int, 
     for inv in rec.inventory.values():
         if inv.state != "stale" and inv.expires_ts is not None:
             due = min(due, inv.expires_ts)
-    lifetimes = state.lifetimes
+    lifetimes = state.plan.lifetimes
     for name, r in rec.reporters.items():
         if r.first_seen_ts is None:
             raise CheckpointError(f"reporter {name!r} has no first_seen_ts (an older writer)")
         if not r.silent:
             start = r.last_report_ts if r.last_report_ts is not None else r.first_seen_ts
-            due = min(due, start + state.lifetime_of_reporter(name))
-        declared = state.rules.get((name, scope))
+            due = min(due, start + state.plan.reporter_lifetime(name))
+        declared = state.plan.declared(name, scope)
         if declared and held.get(name, 0) + len(r.missing) < len(declared):
             due = min(due, r.first_seen_ts + min(lifetimes[n] for n in declared))
     return rec.host, rec.as_of.seq, due

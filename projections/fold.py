@@ -1,24 +1,44 @@
 """The pure fold: `state x event -> state` (`apply`) and `state x now -> state` (`expire`).
 
-No IO, no clock, no logging: time comes only from `Envelope.received_at` (the
-JetStream server timestamp) or the `now` passed to `expire`, so live
-projection and replay run this same code and agree byte for byte.  Bad input
-never raises: an event that cannot be applied comes back as
-`Changes.deadletter` (a reason) and leaves the state as it was, apart from
-`state.seq`.  Semantics are DESIGN §3-§5; the decisions where it is silent
-are written beside the code that makes them.
+Where a report becomes a snapshot value — the path of one stored message:
+
+1. `apply(state, env)` first runs expiry up to the message's receive time
+   (`env.received_at`, the JetStream server timestamp), then parses the
+   subject (cached per subject).
+2. A report from a reporter the catalog knows is decoded by that reporter's
+   typed decoder (`projections.plan.ReporterPlan.decoder`); if every value
+   it owns is there and valid, the decode *was* the validation and the
+   report is stored as decoded (`_fast_report`, the hot path).
+3. Anything else is decoded once, generically (`_apply`), and dispatched on
+   its type with `match`: a report is checked value by value
+   (`projections.validation.validate_value`; rejected values are counted on
+   the reporter with their reasons, the rest is stored), an inventory or a
+   health event updates its reporter.  What cannot be applied at all comes
+   back as `Changes.deadletter` (a reason) for the projector to dead-letter.
+4. Accepted values land in `projections.state` as a `Batch` per report, and
+   their deadlines go on the state's heap (`Deadline`); `expire` turns them
+   stale when they come due.
+5. `projections.state.host_snapshot` / `cluster_snapshot` build the
+   snapshot records (DESIGN §4) from the state; the projector publishes
+   them for the records `Changes` names.
+
+No IO, no clock, no logging: time comes only from `Envelope.received_at` or
+the `now` passed to `expire`, so live projection and replay run this same
+code and agree byte for byte.  Bad input never raises: an event that cannot
+be applied leaves the state as it was, apart from `state.seq`.  The catalog
+in force is compiled once into a frozen `projections.plan.CatalogPlan`.
+Semantics are DESIGN §3-§5; the decisions where it is silent are written
+beside the code that makes them.
 """
 
 from __future__ import annotations
 
 import functools
 import heapq
-import math
 from collections.abc import Iterable
-from typing import Annotated, Any, Final
+from typing import Any, Final
 
 import msgspec
-from msgspec import UNSET, Meta, UnsetType
 
 from bus.subjects import (
     ADMIN_HOST_PREFIX,
@@ -29,24 +49,19 @@ from bus.subjects import (
     parse_forget_subject,
 )
 from projections.envelope import Envelope
+from projections.plan import compile_plan
 from projections.state import (
     MAX_REJECTIONS,
     Batch,
-    HeapEntry,
+    Deadline,
+    Held,
     InventorySlot,
     ProjectionState,
     Record,
     ReporterRecord,
-    Rule,
 )
-from projections.validation import (
-    FLOAT_MAX,
-    Rejected,
-    short,
-    validate_devices,
-    validate_value,
-)
-from schemas.catalog import Catalog, ResourceSpec
+from projections.validation import Rejected, short, validate_devices, validate_value
+from schemas.catalog import Catalog
 from schemas.catalog_loader import catalog_from_wire
 from schemas.codec import decode_event
 from schemas.errors import CatalogError, PayloadError, SubjectError
@@ -65,13 +80,8 @@ class Changes(msgspec.Struct, frozen=True, kw_only=True):
 
 NO_CHANGES: Final = Changes()
 
-_NO_RULES: dict[str, Rule] = {}
-
-# Decoders built once; the lenient `decode_event` is only the fallback (NaN
-# literals, and a PayloadError that says why).
-_REPORT: Final = msgspec.json.Decoder(Report)
-_INVENTORY: Final = msgspec.json.Decoder(Inventory)
-_HEALTH: Final = msgspec.json.Decoder(Health)
+_EVENT_TYPES: Final[dict[str, type[Report | Inventory | Health]]] = {
+    "report": Report, "inventory": Inventory, "health": Health}
 _ANY: Final = msgspec.json.Decoder()
 _FORGET: Final = msgspec.json.Decoder(Forget)
 
@@ -127,22 +137,26 @@ def apply(state: ProjectionState, env: Envelope) -> Changes:
     t = env.received_at
     heap = state.heap
     acc = None
-    if heap and heap[0][0] <= t:
+    if heap and heap[0].due <= t:
         # Most due entries are of overwritten batches: drop them without further ado.
-        while heap and heap[0][0] <= t and (b := heap[0][4]) is not None and b.dead:
+        while heap and (top := heap[0]).due <= t and (b := top.batch) is not None and b.dead:
             heapq.heappop(heap)
-        if heap and heap[0][0] <= t:
+        if heap and heap[0].due <= t:
             acc = _Acc(env.seq, t)
             _expire(state, t, acc)
     state.seq = env.seq
     addr = _address(env.subject)
-    # The common case, kept cheap: an all-valid report, validated by one typed decode.
-    if type(addr) is EventAddress and addr[0] == "report" and _fast_report(state, env, addr):
-        host = addr[2]
-        if acc is None:
-            return _CLUSTER_CHANGED if host is None else _host_changed(host)
-        acc.touch(host)
-        return acc.result()
+    # The common case, kept cheap: a report setting all its reporter's resources validly.
+    if type(addr) is EventAddress and addr.kind == "report":
+        done = _fast_report(state, env, addr)
+        if done is True:
+            host = addr.host
+            if acc is None:
+                return _CLUSTER_CHANGED if host is None else _host_changed(host)
+            acc.touch(host)
+            return acc.result()
+        if done is not False:  # decoded, but not from whom its subject says
+            return (acc or _Acc(env.seq, t)).result(done)
     if acc is None:
         acc = _Acc(env.seq, t)
     reason = _apply(state, env, acc)
@@ -160,9 +174,9 @@ def next_deadline(state: ProjectionState) -> float | None:
     """When `expire` next has something to do (None: nothing pending)."""
     heap = state.heap
     # Drop entries whose report was entirely overwritten; they would do nothing.
-    while heap and heap[0][4] is not None and heap[0][4].dead:
+    while heap and (b := heap[0].batch) is not None and b.dead:
         heapq.heappop(heap)
-    return heap[0][0] if heap else None
+    return heap[0].due if heap else None
 
 
 def fold(
@@ -181,6 +195,8 @@ def fold(
 
 
 def _apply(state: ProjectionState, env: Envelope, acc: _Acc) -> str | None:
+    """Every event but an all-valid full report: decoded here once, then dispatched on
+    what it is; returns a dead-letter reason or None."""
     subject = env.subject
     if subject == CATALOG:
         return _apply_catalog(state, env, acc)
@@ -191,27 +207,40 @@ def _apply(state: ProjectionState, env: Envelope, acc: _Acc) -> str | None:
     addr = _address(subject)
     if isinstance(addr, str):
         return addr
-    kind, reporter, host = addr
     try:
-        event = _decode(kind, env.data)
+        event = decode_event(env.data, _EVENT_TYPES[addr.kind])
     except PayloadError as exc:
         return exc.message
-    if event.reporter != reporter or event.host != host:
-        return (f"payload names reporter {short(event.reporter)!r} host "
-                f"{_show_host(event.host)} but the subject says reporter {short(reporter)!r} "
-                f"host {_show_host(host)}")
+    if event.reporter != addr.reporter or event.host != addr.host:
+        return _impostor(event.reporter, event.host, addr)
     if state.catalog is None:
         # Nothing can be validated yet: keep the latest per subject until a catalog arrives.
-        state.pending[subject] = env
+        state.pending[subject] = Held(env, event)
         return None
-    if type(event) is Report:
-        return _apply_report(state, event, host, env.received_at, acc, strict_scope=True)
-    if type(event) is Inventory:
-        _apply_inventory(state, event, host, env.received_at, acc)
-        return None
-    assert type(event) is Health
-    _apply_health(state, event, host, env.received_at, acc)
+    return _apply_event(state, event, addr.host, env.received_at, acc, strict_scope=True)
+
+
+def _apply_event(state: ProjectionState, event: Report | Inventory | Health, host: str | None,
+                 received_at: float, acc: _Acc, *, strict_scope: bool) -> str | None:
+    """Apply a decoded event whose identity matches its subject; a dead-letter reason or None.
+
+    `strict_scope`: dead-letter a report whose every value is of the other scope
+    (else those values are rejected one by one and show on the reporter).
+    """
+    match event:
+        case Report():
+            return _apply_report(state, event, host, received_at, acc, strict_scope=strict_scope)
+        case Inventory():
+            _apply_inventory(state, event, host, received_at, acc)
+        case Health():
+            _apply_health(state, event, host, received_at, acc)
     return None
+
+
+def _impostor(reporter: str, host: str | None, addr: EventAddress) -> str:
+    """The dead-letter reason of a payload whose identity is not its subject's."""
+    return (f"payload names reporter {short(reporter)!r} host {_show_host(host)} but the "
+            f"subject says reporter {short(addr.reporter)!r} host {_show_host(addr.host)}")
 
 
 def _apply_forget(state: ProjectionState, env: Envelope, acc: _Acc) -> str | None:
@@ -256,21 +285,6 @@ def _show_host(host: str | None) -> str:
     return "(cluster)" if host is None else repr(short(host))
 
 
-def _decode(kind: str, data: bytes) -> Report | Inventory | Health:
-    dec: msgspec.json.Decoder[Any]
-    typ: type[Report | Inventory | Health]
-    if kind == "report":
-        dec, typ = _REPORT, Report
-    elif kind == "inventory":
-        dec, typ = _INVENTORY, Inventory
-    else:
-        dec, typ = _HEALTH, Health
-    try:
-        return dec.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return decode_event(data, typ)  # NaN literals, or a PayloadError saying why
-
-
 def _stamp(rec: Record, acc: _Acc) -> None:
     rec.as_seq = acc.at_seq
     rec.as_time = acc.at_time
@@ -298,14 +312,14 @@ def _overdue_deadlines(state: ProjectionState, rs: ReporterRecord, reporter: str
                        host: str | None, also: Any = ()) -> list[float]:
     """When declared resources not yet reported (nor overdue, nor in `also`) become
     overdue, sorted."""
-    declared = state.rules.get((reporter, "cluster" if host is None else "host"))
+    declared = state.plan.declared(reporter, "cluster" if host is None else "host")
     if not declared:
         return []
     held: set[str] = set(also)
     for b in rs.batches:
         held.update(b.keyset)
     overdue = rs.overdue or ()
-    lifetimes = state.lifetimes
+    lifetimes = state.plan.lifetimes
     return sorted({rs.first_seen + lifetimes[n] for n in declared
                    if n not in held and n not in overdue})
 
@@ -313,7 +327,7 @@ def _overdue_deadlines(state: ProjectionState, rs: ReporterRecord, reporter: str
 def _push(state: ProjectionState, deadline: float, host: str | None, reporter: str,
           batch: Batch | None) -> None:
     state.counter += 1
-    heapq.heappush(state.heap, (deadline, state.counter, host, reporter, batch))
+    heapq.heappush(state.heap, Deadline(deadline, state.counter, host, reporter, batch))
 
 
 # -- reports ------------------------------------------------------------------
@@ -338,33 +352,35 @@ def _all_wrong_scope(catalog: Catalog, values: dict[str, Any], scope: str) -> bo
 _NO_REASONS: Final[list[str]] = []  # shared, never mutated (records replace, not append)
 
 
-def _fast_report(state: ProjectionState, env: Envelope, addr: EventAddress) -> bool:
-    """Apply a report whose every value is valid, validated in one typed decode; False if not.
+def _fast_report(state: ProjectionState, env: Envelope, addr: EventAddress) -> bool | str:
+    """Apply a report that sets every resource of its reporter with a valid value, validated
+    by the one typed decode of its reporter's plan; no per-value work.
 
-    False leaves the state untouched: the general path then decodes again and
-    sorts out, value by value, what is wrong (or dead-letters the event).
+    True: applied.  False: no plan, or the typed decode failed (something is missing
+    or invalid): the state is untouched and the general path decodes the report once
+    more, generically, to sort out value by value what is wrong.  A string: the
+    dead-letter reason of a report from someone its subject does not name.
     """
     _, reporter, host = addr
-    key = (reporter, "cluster" if host is None else "host")
-    plan = state.fast.get(key)  # none before the first catalog
-    if plan is None:
+    plan = state.plan.reporters.get((reporter, "cluster" if host is None else "host"))
+    if plan is None:  # none before the first catalog
         return False
-    full_decoder, set_attrs, order, keyset, uniform, silent_life = plan
     try:
-        report = full_decoder.decode(env.data)
+        report = plan.decoder.decode(env.data)
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return _partial_report(state, env, reporter, host, key)
-    if report.reporter != reporter or report.host != host:
         return False
+    if report.reporter != reporter or report.host != host:
+        return _impostor(report.reporter, report.host, addr)
     vals = report.values
-    for attr in set_attrs:
+    for attr in plan.set_fields:
         v = getattr(vals, attr)
         if v is not None:
             setattr(vals, attr, sorted(set(v)))
     t = env.received_at
-    batch = Batch(None, report.observed_at, t, keyset, vals, order)
+    batch = Batch(None, report.observed_at, t, plan.keyset, vals, plan.names)
     rec = state.hosts.get(host) if host is not None else state.cluster
     rs = rec.reporters.get(reporter) if rec is not None else None
+    uniform = plan.uniform_life
     if (rec is None or rs is None or uniform is None or rs.state != "ok" or rs.silent
             or rs.rejected or len(rs.batches) != 1):
         _store(state, state.record(host), reporter, host, batch, at=(env.seq, t), rejected=0,
@@ -375,40 +391,18 @@ def _fast_report(state: ProjectionState, env: Envelope, addr: EventAddress) -> b
     batches[0].kill()
     batches[0] = batch
     deadline = t + uniform
-    silent_at = t + silent_life
+    silent_at = t + plan.silent_life
     counter = state.counter + 1
-    heapq.heappush(state.heap, (deadline, counter, host, reporter, batch))
+    heapq.heappush(state.heap, Deadline(deadline, counter, host, reporter, batch))
     if silent_at != deadline:
         counter += 1
-        heapq.heappush(state.heap, (silent_at, counter, host, reporter, None))
+        heapq.heappush(state.heap, Deadline(silent_at, counter, host, reporter, None))
     state.counter = counter
     rs.last_report_at = t
     if rs.overdue:
         rs.overdue = None  # it just set every resource it owns
     rec.as_seq = env.seq
     rec.as_time = t
-    return True
-
-
-def _partial_report(
-    state: ProjectionState, env: Envelope, reporter: str, host: str | None, key: tuple[str, str]
-) -> bool:
-    """`_fast_report` for an all-valid report that sets only some of its reporter's resources."""
-    try:
-        report = state.decoders[key].decode(env.data)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return False
-    if report.reporter != reporter or report.host != host:
-        return False
-    values: dict[str, Any] = msgspec.to_builtins(report.values)
-    for name in state.sets[key]:
-        v = values.get(name)
-        if v is not None:
-            values[name] = sorted(set(v))
-    t = env.received_at
-    batch = Batch(values, report.observed_at, t, values.keys())
-    _store(state, state.record(host), reporter, host, batch, at=(env.seq, t), rejected=0,
-           reasons=_NO_REASONS)
     return True
 
 
@@ -422,8 +416,8 @@ def _store(
     if rs is None:
         rs = rec.reporters[reporter] = _new_reporter(state, reporter, host, received_at,
                                                      batch.keyset)
-    life = state.reporter_life.get(reporter)
-    silent_at = received_at + (life if life is not None else state.lifetime_of_reporter(reporter))
+    plan = state.plan
+    silent_at = received_at + plan.reporter_lifetime(reporter)
     heap = state.heap
     names = batch.keyset
     if names:
@@ -436,25 +430,26 @@ def _store(
         else:
             _drop_shadowed(batches, names)
             batches.append(batch)
-        uniform = state.uniform_life.get((reporter, "cluster" if host is None else "host"))
+        rp = plan.reporters.get((reporter, "cluster" if host is None else "host"))
+        uniform = rp.uniform_life if rp is not None else None
         deadlines: tuple[float, ...]
         if uniform is not None:
             deadlines = (received_at + uniform,)
         else:
-            lifetimes = state.lifetimes
+            lifetimes = plan.lifetimes
             deadlines = tuple(sorted({received_at + lifetimes[n] for n in names}))
         counter = state.counter
         for d in deadlines:
             counter += 1
-            heapq.heappush(heap, (d, counter, host, reporter, batch))
+            heapq.heappush(heap, Deadline(d, counter, host, reporter, batch))
         if silent_at not in deadlines:
             # Silence is not tied to the batch (whose entries stop once its values are gone).
             counter += 1
-            heapq.heappush(heap, (silent_at, counter, host, reporter, None))
+            heapq.heappush(heap, Deadline(silent_at, counter, host, reporter, None))
         state.counter = counter
     else:
         state.counter += 1
-        heapq.heappush(heap, (silent_at, state.counter, host, reporter, None))
+        heapq.heappush(heap, Deadline(silent_at, state.counter, host, reporter, None))
     rs.last_report_at = received_at
     rs.rejected = rejected
     rs.rejections = reasons
@@ -499,7 +494,7 @@ def _apply_report(
     assert catalog is not None
     scope = "cluster" if host is None else "host"
     values = report.values
-    table = state.rules.get((reporter, scope), _NO_RULES)
+    table = state.plan.declared(reporter, scope)
     if strict_scope and values:
         first = next(iter(values))
         if first not in table and _all_wrong_scope(catalog, values, scope):
@@ -539,7 +534,7 @@ def _apply_inventory(
     reporter = inv.reporter
     rec = state.record(host)
     rs = _reporter(state, rec, reporter, host, received_at)
-    life = state.lifetime_of_reporter(reporter)
+    life = state.plan.reporter_lifetime(reporter)
     bad = validate_devices(inv.devices)
     if bad is None:
         rec.inventory[reporter] = InventorySlot(
@@ -572,7 +567,8 @@ def _apply_health(
     rs.restate(received_at)
     if new:
         # A reporter seen only through Health turns silent if it never reports.
-        _push(state, received_at + state.lifetime_of_reporter(reporter), host, reporter, None)
+        _push(state, received_at + state.plan.reporter_lifetime(reporter), host, reporter,
+              None)
     _stamp(rec, acc)
     acc.touch(host)
 
@@ -582,12 +578,12 @@ def _apply_health(
 
 def _expire(state: ProjectionState, now: float, acc: _Acc) -> None:
     heap = state.heap
-    while heap and heap[0][0] <= now:
+    while heap and heap[0].due <= now:
         entry = heapq.heappop(heap)
-        batch = entry[4]
+        batch = entry.batch
         if batch is not None and batch.dead:
             continue
-        _settle(state, entry[2], entry[3], acc, batch=batch, now=now)
+        _settle(state, entry.host, entry.reporter, acc, batch=batch, now=now)
 
 
 def _settle(state: ProjectionState, host: str | None, reporter: str, acc: _Acc, *,
@@ -604,7 +600,7 @@ def _settle(state: ProjectionState, host: str | None, reporter: str, acc: _Acc, 
     rs = rec.reporters.get(reporter)
     latest: float | None = None
     if batch is not None and rs is not None:
-        lifetimes = state.lifetimes
+        lifetimes = state.plan.lifetimes
         newer = rs.batches[rs.batches.index(batch) + 1:] if batch in rs.batches else []
         stale = batch.stale
         for name in batch.keyset:
@@ -627,7 +623,7 @@ def _settle(state: ProjectionState, host: str | None, reporter: str, acc: _Acc, 
         if due is not None and (latest is None or due > latest):
             latest = due
     if rs is not None and not rs.silent:
-        silent_at = rs.silence_start() + state.lifetime_of_reporter(reporter)
+        silent_at = rs.silence_start() + state.plan.reporter_lifetime(reporter)
         if silent_at <= now:
             rs.silent = True
             # Under a lifecycle health state silence is invisible: not a change then.
@@ -643,7 +639,7 @@ def _settle_overdue(state: ProjectionState, rs: ReporterRecord, reporter: str,
                     host: str | None, now: float) -> float | None:
     """Mark declared resources never reported by `now` - first sight + lifetime as overdue;
     the latest such deadline (the change's time), None if nothing changed."""
-    declared = state.rules.get((reporter, "cluster" if host is None else "host"))
+    declared = state.plan.declared(reporter, "cluster" if host is None else "host")
     if not declared:
         return None
     batches = rs.batches
@@ -652,7 +648,7 @@ def _settle_overdue(state: ProjectionState, rs: ReporterRecord, reporter: str,
     held: set[str] = set()
     for b in batches:
         held.update(b.keyset)
-    lifetimes = state.lifetimes
+    lifetimes = state.plan.lifetimes
     latest: float | None = None
     for n in declared:
         if n in held or (rs.overdue and n in rs.overdue):
@@ -670,76 +666,6 @@ def _settle_overdue(state: ProjectionState, rs: ReporterRecord, reporter: str,
 # -- catalog ------------------------------------------------------------------
 
 
-def _value_type(spec: ResourceSpec) -> Any:
-    """A msgspec type accepting only values `validate_value` accepts unchanged (maybe fewer)."""
-    if spec.kind == "numeric":
-        lo = spec.min if spec.min is not None else -FLOAT_MAX
-        hi = spec.max if spec.max is not None else FLOAT_MAX
-        int_meta = Meta(ge=math.ceil(lo) if spec.min is not None else None,
-                        le=math.floor(hi) if spec.max is not None else None)
-        return (Annotated[int, int_meta] | Annotated[float, Meta(ge=lo, le=hi)]
-                | None | UnsetType)
-    if spec.kind == "boolean":
-        return bool | None | UnsetType
-    if spec.kind == "string":
-        return Annotated[str, Meta(max_length=spec.max_length)] | None | UnsetType
-    return Annotated[list[str], Meta(max_length=spec.max_items)] | None | UnsetType
-
-
-def _typed_decoder(reporter: str, names: list[str], catalog: Catalog, *, full: bool) -> Any:
-    """A Report decoder whose `values` accept only these resources, each only valid values.
-
-    `full`: every resource must be present (then the struct is stored as is).
-    """
-    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
-        (f"f{i}", _value_type(catalog.resources[n])) if full
-        else (f"f{i}", _value_type(catalog.resources[n]), UNSET)
-        for i, n in enumerate(names)
-    ]
-    values = msgspec.defstruct(
-        f"Values_{reporter}", fields, kw_only=True, forbid_unknown_fields=True, gc=False,
-        rename={f"f{i}": n for i, n in enumerate(names)},
-    )
-    report = msgspec.defstruct(
-        f"Report_{reporter}",
-        [("reporter", str), ("boot", str), ("seq", int), ("observed_at", str),
-         ("values", values), ("host", str | None, None)],
-        kw_only=True, frozen=True,
-    )
-    return msgspec.json.Decoder(report)
-
-
-def _compile(state: ProjectionState, catalog: Catalog) -> None:
-    rules: dict[tuple[str, str], dict[str, Rule]] = {}
-    for name, spec in catalog.resources.items():
-        rules.setdefault((spec.reporter, spec.scope), {})[name] = spec
-    state.rules = rules
-    state.lifetimes = {n: catalog.lifetime_of(n) for n in catalog.resources}
-    state.decoders = {}
-    state.fast = {}
-    state.sets = {}
-    state.uniform_life = {}
-    for key, table in rules.items():
-        names = sorted(table)
-        state.decoders[key] = _typed_decoder(key[0], names, catalog, full=False)
-        state.sets[key] = tuple(n for n in names if table[n].kind == "string_set")
-        lives = {state.lifetimes[n] for n in names}
-        if len(lives) == 1:
-            state.uniform_life[key] = lives.pop()
-    reporters = set(catalog.reporters) | {s.reporter for s in catalog.resources.values()}
-    state.reporter_life = {r: catalog.reporter_lifetime(r) for r in reporters}
-    for key, table in rules.items():
-        names = sorted(table)
-        state.fast[key] = (
-            _typed_decoder(key[0], names, catalog, full=True),
-            tuple(f"f{i}" for i, n in enumerate(names) if table[n].kind == "string_set"),
-            tuple(names),
-            frozenset(names),
-            state.uniform_life.get(key),
-            state.reporter_life[key[0]],
-        )
-
-
 def _apply_catalog(state: ProjectionState, env: Envelope, acc: _Acc) -> str | None:
     try:
         catalog = catalog_from_wire(_ANY.decode(env.data))
@@ -750,22 +676,25 @@ def _apply_catalog(state: ProjectionState, env: Envelope, acc: _Acc) -> str | No
     if catalog == state.catalog:
         return None
     first = state.catalog is None
-    old_lifetimes = state.lifetimes
-    state.catalog = catalog
+    old_lifetimes = state.plan.lifetimes
+    state.plan = compile_plan(catalog)
     state.catalog_seq = env.seq
-    _compile(state, catalog)
     acc.catalog = True
     t = env.received_at
     if first:
         # Apply what waited for a catalog, in stream order; the records change now.
-        pending = sorted(state.pending.values(), key=lambda e: e.seq)
+        pending = sorted(state.pending.values(), key=lambda held: held.env.seq)
         state.pending.clear()
         # Records touched here changed as of the catalog event: stamp them with it.
         inner = _Acc(env.seq, t)
-        for p in pending:
-            if state.heap and state.heap[0][0] <= p.received_at:
-                _expire(state, p.received_at, inner)
-            _apply_pending(state, p, inner)
+        for held in pending:
+            received_at = held.env.received_at
+            if state.heap and state.heap[0].due <= received_at:
+                _expire(state, received_at, inner)
+            # Not dead-lettered now (Changes speaks for the catalog event): wrong-scope
+            # values are rejected one by one and show on the reporter instead.
+            _apply_event(state, held.event, held.event.host, received_at, inner,
+                         strict_scope=False)
         for host in inner.hosts:
             _stamp(state.hosts[host], inner)
         if inner.cluster:
@@ -783,23 +712,6 @@ def _apply_catalog(state: ProjectionState, env: Envelope, acc: _Acc) -> str | No
         _rebuild_heap(state)
     _expire(state, t, acc)
     return None
-
-
-def _apply_pending(state: ProjectionState, env: Envelope, acc: _Acc) -> None:
-    """Apply an event held back for want of a catalog (its identity was already checked)."""
-    addr = _address(env.subject)
-    assert not isinstance(addr, str)
-    kind, _, host = addr
-    event = _decode(kind, env.data)
-    if type(event) is Report:
-        # Not dead-lettered now (Changes speaks for the catalog event): wrong-scope values
-        # are rejected one by one and show on the reporter instead.
-        _apply_report(state, event, host, env.received_at, acc, strict_scope=False)
-    elif type(event) is Inventory:
-        _apply_inventory(state, event, host, env.received_at, acc)
-    else:
-        assert type(event) is Health
-        _apply_health(state, event, host, env.received_at, acc)
 
 
 def _recatalog(
@@ -827,7 +739,7 @@ def _recatalog(
                     if batch.stale:
                         batch.stale.pop(name, None)
                     changed = True
-                elif old_lifetimes.get(name) != state.lifetimes[name] and not (
+                elif old_lifetimes.get(name) != state.plan.lifetimes[name] and not (
                         batch.stale and name in batch.stale):
                     changed = True
             if not values:
@@ -836,13 +748,13 @@ def _recatalog(
         if rs.overdue:
             # Only what the new catalog declares can be missing (a resource declared
             # again later is due again from the reporter's first sight).
-            declared = state.rules.get((reporter, scope), {})
+            declared = state.plan.declared(reporter, scope)
             before = len(rs.overdue)
             rs.overdue.intersection_update(declared)
             changed = changed or len(rs.overdue) != before
     for reporter, inv in rec.inventory.items():
         if not inv.stale:
-            exp = inv.received_at + state.lifetime_of_reporter(reporter)
+            exp = inv.received_at + state.plan.reporter_lifetime(reporter)
             if exp != inv.expires_at:
                 inv.expires_at = exp
                 changed = True
@@ -851,7 +763,7 @@ def _recatalog(
 
 def _rebuild_heap(state: ProjectionState) -> None:
     """Recreate the deadline heap from the records (after a catalog change moved deadlines)."""
-    entries: list[HeapEntry] = []
+    entries: list[Deadline] = []
     records: list[tuple[str | None, Record]] = [(h, r) for h, r in sorted(state.hosts.items())]
     records.append((None, state.cluster))
     for host, rec in records:
@@ -860,16 +772,18 @@ def _rebuild_heap(state: ProjectionState) -> None:
     state.heap = entries
 
 
-def _record_deadlines(state: ProjectionState, host: str | None, rec: Record) -> list[HeapEntry]:
+def _record_deadlines(state: ProjectionState, host: str | None, rec: Record) -> list[Deadline]:
     """Heap entries for everything of one record still to come due."""
-    entries: list[HeapEntry] = []
-    lifetimes = state.lifetimes
+    entries: list[Deadline] = []
+    plan = state.plan
+    lifetimes = plan.lifetimes
     scope = "cluster" if host is None else "host"
     reporters = rec.reporters
     names = sorted(reporters) if not rec.inventory else sorted(set(rec.inventory) | set(reporters))
     for reporter in names:
         rs = rec.reporters.get(reporter)
-        uniform = state.uniform_life.get((reporter, scope))
+        rp = plan.reporters.get((reporter, scope))
+        uniform = rp.uniform_life if rp is not None else None
         for batch in rs.batches if rs is not None else []:
             stale = batch.stale or {}
             if uniform is not None and batch.keyset and not stale:
@@ -879,18 +793,18 @@ def _record_deadlines(state: ProjectionState, host: str | None, rec: Record) -> 
                        if n not in stale}
             for d in sorted(due):
                 state.counter += 1
-                entries.append((d, state.counter, host, reporter, batch))
+                entries.append(Deadline(d, state.counter, host, reporter, batch))
         inv = rec.inventory.get(reporter)
         other: set[float] = set()
         if inv is not None and not inv.stale:
             other.add(inv.expires_at)
         if rs is not None and not rs.silent:
-            other.add(rs.silence_start() + state.lifetime_of_reporter(reporter))
+            other.add(rs.silence_start() + plan.reporter_lifetime(reporter))
         if rs is not None:
             other.update(_overdue_deadlines(state, rs, reporter, host))
         for d in sorted(other):
             state.counter += 1
-            entries.append((d, state.counter, host, reporter, None))
+            entries.append(Deadline(d, state.counter, host, reporter, None))
     return entries
 
 
@@ -900,9 +814,8 @@ def _record_deadlines(state: ProjectionState, host: str | None, rec: Record) -> 
 def set_catalog(state: ProjectionState, catalog: Catalog, seq: int) -> None:
     """Make `catalog` (from the `CRR_EVENTS` event at `seq`) the state's catalog, without
     touching any record: for a restore, whose records were folded with it already."""
-    state.catalog = catalog
+    state.plan = compile_plan(catalog)
     state.catalog_seq = seq
-    _compile(state, catalog)
 
 
 def install(state: ProjectionState, host: str | None, rec: Record) -> None:
@@ -925,7 +838,7 @@ def advance(state: ProjectionState, env: Envelope) -> Changes:
     """Pass over an event without applying it (a restored record already reflects it):
     expiry up to its receive time runs, and the position moves, as `apply` would."""
     acc = _Acc(env.seq, env.received_at)
-    if state.heap and state.heap[0][0] <= env.received_at:
+    if state.heap and state.heap[0].due <= env.received_at:
         _expire(state, env.received_at, acc)
     state.seq = env.seq
     return acc.result()

@@ -56,6 +56,11 @@ def value_state(recorded: ValueState, expires_at: float, now: float) -> ValueSta
     return recorded
 
 
+def entry_state(entry: ValueEntry | InventoryEntry, now: float) -> ValueState:
+    """`value_state` of a snapshot entry (a value or an inventory) at `now`."""
+    return value_state(entry.state, expires_seconds(entry.expires_at), now)
+
+
 def freshness_at(code: int, expires: float, now: float) -> Freshness:
     """`value_state` for a `HostTable` state code (`select[]` and `explain` use this)."""
     if code == ABSENT:
@@ -65,8 +70,7 @@ def freshness_at(code: int, expires: float, now: float) -> Freshness:
 
 def entry_at(entry: ValueEntry, now: float) -> ValueEntry:
     """`entry` as it is at `now` (the same object when its state did not change)."""
-    if entry.state == "stale" or value_state(entry.state, expires_seconds(entry.expires_at),
-                                             now) != "stale":
+    if entry.state == "stale" or entry_state(entry, now) != "stale":
         return entry
     return msgspec.structs.replace(entry, value=None, state="stale", last_value=entry.value,
                                    stale_since=entry.expires_at)
@@ -74,8 +78,7 @@ def entry_at(entry: ValueEntry, now: float) -> ValueEntry:
 
 def inventory_at(entry: InventoryEntry, now: float) -> InventoryEntry:
     """An inventory entry as it is at `now` (same rule as values)."""
-    if entry.state == "stale" or value_state(entry.state, expires_seconds(entry.expires_at),
-                                             now) != "stale":
+    if entry.state == "stale" or entry_state(entry, now) != "stale":
         return entry
     return msgspec.structs.replace(entry, state="stale", stale_since=entry.expires_at)
 

@@ -59,6 +59,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from projections.validation import normalize
 from schemas.catalog import EMPTY_CATALOG, Catalog, Kind, ResourceSpec
 from schemas.codec import DECODERS
 from schemas.errors import PayloadError
@@ -224,31 +225,6 @@ def _capacity_for(n: int, capacity: int) -> int:
     while capacity < n:
         capacity *= 2
     return capacity
-
-
-def normalize(kind: Kind, value: Any) -> Any:
-    """The value as `select[]` sees it, or None when it is null or not of `kind`.
-
-    numeric → finite float (bool is not a number), boolean → bool,
-    string → str, string_set → frozenset[str].
-    """
-    if value is None:
-        return None
-    if kind == "numeric":
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None
-        try:
-            f = float(value)
-        except OverflowError:
-            return None
-        return f if math.isfinite(f) else None
-    if kind == "boolean":
-        return value if isinstance(value, bool) else None
-    if kind == "string":
-        return value if isinstance(value, str) else None
-    if isinstance(value, list | tuple | set | frozenset) and all(isinstance(m, str) for m in value):
-        return frozenset(value)
-    return None
 
 
 def _numeric_or_nan(value: Any) -> float:
@@ -1078,8 +1054,3 @@ class HostTable:
                 code, expires, value = entry_code(spec.kind, entry)
                 values[name] = ClusterValue(spec, code, expires, value)
         self._cluster_values = values
-
-
-def upsert_all(table: HostTable, snapshots: Iterable[HostSnapshot]) -> None:
-    """Upsert many snapshots (a cold start): `table.load`, column-wise when the table is empty."""
-    table.load(snapshots)

@@ -1,7 +1,8 @@
 """The projection state the fold mutates, and the snapshot records built from it.
 
 One `ProjectionState` is owned by one fold (the live projector, or a replay).
-It holds only what the snapshot needs, in compact mutable records; the wire
+It holds only what the snapshot needs, in compact mutable records, plus the
+compiled catalog it was folded with (`plan`, frozen: `projections.plan`); the wire
 Structs of `schemas.snapshot` are built on demand by `host_snapshot` and
 `cluster_snapshot`.  Everything here is a deterministic function of the
 events applied and the `now`s passed to `expire`: no clock, no randomness,
@@ -18,7 +19,7 @@ typed msgspec decoder) and for memory (50k hosts x 20 values):
   moves it without touching the batches;
 - a stale value stays in its batch (the snapshot shows it as `last_value`),
   with its `stale_since` in `Batch.stale`;
-- the deadline heap holds `(deadline, counter, host, reporter, batch)`;
+- the deadline heap holds `Deadline`s (due, counter, host, reporter, batch);
   entries are deleted lazily: when one comes due the fold settles that
   (host, reporter) at the current time; entries of dead batches are skipped.
 """
@@ -33,9 +34,10 @@ from typing import Any
 import msgspec
 
 from projections.envelope import Envelope
-from schemas.catalog import Catalog, ResourceSpec
+from projections.plan import EMPTY_PLAN, CatalogPlan
+from schemas.catalog import Catalog
 from schemas.codec import encode
-from schemas.events import Device, Pool
+from schemas.events import Device, Health, Inventory, Pool, Report
 from schemas.snapshot import (
     AsOf,
     ClusterSnapshot,
@@ -172,53 +174,48 @@ class Record(msgspec.Struct):
     as_time: float = 0.0
 
 
-Rule = ResourceSpec
-"""How a resource's values are checked (its descriptor)."""
+class Deadline(msgspec.Struct, order=True, frozen=True, gc=False):
+    """An entry of the deadline heap: at `due`, settle `reporter` on `host` (see the module doc).
 
-FastPlan = tuple[
-    "msgspec.json.Decoder[Any]", tuple[str, ...], tuple[str, ...], frozenset[str], float | None,
-    float,
-]
-"""(decoder requiring every resource, string_set field attributes, resource names in field
-order, the same as a set, shared lifetime if uniform, silence lifetime)."""
+    Entries order by (`due`, `counter`); `counter` is unique, so `host`,
+    `reporter` and `batch` never take part in a comparison.
+    """
 
-HeapEntry = tuple[float, int, str | None, str, Batch | None]
-"""(deadline, tie-breaking counter, host or None for the cluster, reporter, batch)."""
+    due: float
+    counter: int
+    """Tie-breaker: the order entries were pushed in."""
+    host: str | None
+    """None for the cluster."""
+    reporter: str
+    batch: Batch | None
+    """The batch whose values come due (skipped if it died since); None: the reporter's
+    silence, its inventory or its overdue resources."""
 
 
 class ProjectionState:
     """The mutable state of one fold.  Create empty; feed it with `projections.fold.apply`."""
 
-    __slots__ = ("catalog", "catalog_seq", "cluster", "counter", "decoders", "fast", "heap",
-                 "hosts", "lifetimes", "pending", "reporter_life", "rules", "seq", "sets",
-                 "uniform_life")
+    __slots__ = ("catalog_seq", "cluster", "counter", "heap", "hosts", "pending", "plan", "seq")
 
     def __init__(self) -> None:
-        self.catalog: Catalog | None = None
+        self.plan: CatalogPlan = EMPTY_PLAN
+        """The catalog in force, compiled (`projections.plan`); replaced whole on a change."""
         self.catalog_seq: int = 0
         """`CRR_EVENTS` sequence of the catalog event that set `catalog`."""
         self.seq: int = 0
         """Last `CRR_EVENTS` sequence applied."""
         self.hosts: dict[str, Record] = {}
         self.cluster: Record = Record()
-        self.heap: list[HeapEntry] = []
+        self.heap: list[Deadline] = []
         self.counter: int = 0
-        self.pending: dict[str, Envelope] = {}
-        """Events that arrived before any catalog: the latest per subject."""
-        # Derived from the catalog, rebuilt whenever it changes.
-        self.rules: dict[tuple[str, str], dict[str, Rule]] = {}
-        """(reporter, scope) -> resource -> how to check a value."""
-        self.decoders: dict[tuple[str, str], msgspec.json.Decoder[Any]] = {}
-        """(reporter, scope) -> a decoder that accepts only all-valid reports (the fast path)."""
-        self.fast: dict[tuple[str, str], FastPlan] = {}
-        """(reporter, scope) -> how to apply a report that sets all its resources validly."""
-        self.sets: dict[tuple[str, str], tuple[str, ...]] = {}
-        """(reporter, scope) -> its string_set resources (canonicalised after a typed decode)."""
-        self.uniform_life: dict[tuple[str, str], float] = {}
-        """(reporter, scope) -> the lifetime all its resources share, when they do."""
-        self.lifetimes: dict[str, float] = {}
-        """resource -> interval + grace."""
-        self.reporter_life: dict[str, float] = {}
+        """The `counter` of the last `Deadline` pushed."""
+        self.pending: dict[str, Held] = {}
+        """Events that arrived before any catalog, decoded: the latest per subject."""
+
+    @property
+    def catalog(self) -> Catalog | None:
+        """The catalog in force (None before the first catalog event)."""
+        return self.plan.catalog
 
     def record(self, host: str | None) -> Record:
         """The record of `host` (the cluster record for None), created on first use."""
@@ -229,12 +226,12 @@ class ProjectionState:
             rec = self.hosts[host] = Record()
         return rec
 
-    def lifetime_of_reporter(self, reporter: str) -> float:
-        """Seconds a reporter may stay quiet before it counts as `silent`."""
-        life = self.reporter_life.get(reporter)
-        if life is None:
-            life = (self.catalog or Catalog()).reporter_lifetime(reporter)
-        return life
+
+class Held(msgspec.Struct, frozen=True, gc=False):
+    """An event held for want of a catalog, with its decoded payload (decoded once)."""
+
+    env: Envelope
+    event: Report | Inventory | Health
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -244,7 +241,7 @@ def _fmt(t: float) -> str:
 
 def _values(state: ProjectionState, rec: Record) -> dict[str, ValueEntry]:
     out: dict[str, ValueEntry] = {}
-    lifetimes = state.lifetimes
+    lifetimes = state.plan.lifetimes
     for reporter, rs in rec.reporters.items():
         for b in rs.batches:  # oldest first: a newer batch's entry replaces an older one
             received = _fmt(b.received_at)
@@ -289,7 +286,7 @@ def _encoded_values(state: ProjectionState, rec: Record,
     checks the bytes against `encode(host_snapshot(...))`.
     """
     out: dict[str, msgspec.Raw] = {}
-    lifetimes = state.lifetimes
+    lifetimes = state.plan.lifetimes
     raw = msgspec.Raw
     enc = _encode
     if len(rec.reporters) == 1:
@@ -297,7 +294,7 @@ def _encoded_values(state: ProjectionState, rec: Record,
         if whole is not None:
             return whole
     for reporter, rs in rec.reporters.items():
-        uniform = state.uniform_life.get((reporter, scope))
+        uniform = state.plan.uniform_life.get((reporter, scope))
         for b in rs.batches:  # oldest first: a newer batch's entry replaces an older one
             received = _fmt(b.received_at)
             stale = b.stale
@@ -344,7 +341,7 @@ def _one_batch(state: ProjectionState, rec: Record, scope: str) -> msgspec.Raw |
     if len(rs.batches) != 1:
         return None
     b = rs.batches[0]
-    uniform = state.uniform_life.get((reporter, scope))
+    uniform = state.plan.uniform_life.get((reporter, scope))
     if b.full is None or b.stale or uniform is None:
         return None
     values = msgspec.structs.astuple(b.full)
@@ -397,12 +394,13 @@ def _entry_frame(reporter: str) -> tuple[bytes, ...]:
         value=_SENTINEL, state="fresh", reporter=reporter, observed_at=o_at, received_at=r_at,
         expires_at=e_at, received_ts=r_ts, expires_ts=e_ts))
     pieces: list[bytes] = []
-    for stand_in in (*_STAND_INS, _SENTINEL):
+    for stand_in in _STAND_INS:  # (written before `reporter`: the first match is the field)
         before, found, whole = whole.partition(_encode(stand_in))
         assert found, "the entry's fields are encoded in the order of `_STAND_INS`"
         pieces.append(before)
-    pieces.append(whole)
-    return tuple(pieces)
+    before, found, tail = whole.rpartition(_SENTINEL_JSON)  # `value`: the last field
+    assert found, "an entry's value is where the stand-in was encoded"
+    return (*pieces, before, tail)
 
 
 def _inventory_entry(reporter: str, inv: InventorySlot) -> InventoryEntry:
@@ -421,7 +419,7 @@ def missing(state: ProjectionState, rs: ReporterRecord, reporter: str, scope: st
     sight + their lifetime (`overdue`, kept by the expiry).  A value reported
     as null counts as reported (the reporter said it cannot tell).
     """
-    declared = state.rules.get((reporter, scope))
+    declared = state.plan.declared(reporter, scope)
     if not declared:
         return []
     batches = rs.batches

@@ -1,4 +1,10 @@
-"""Value and inventory validation against the catalog (DESIGN §4, §5).
+"""Value and inventory validation against the catalog (DESIGN §4, §5): the one rule.
+
+Three forms of one rule, kept together and tested to agree
+(tests/test_validation.py): `validate_value` (the rule, with the reason a
+value is refused), `value_type` (its msgspec form, for the fold's typed
+fast path) and `normalize` (what a reader of the snapshot makes of a stored
+value for `select[]`).
 
 A reported value is checked against its resource's kind and bounds and
 turned into its canonical form (a string set is sorted and de-duplicated, so
@@ -11,9 +17,11 @@ records it on the reporter and keeps the previous value.
 from __future__ import annotations
 
 import math
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
-from schemas.catalog import ResourceSpec
+from msgspec import Meta
+
+from schemas.catalog import Kind, ResourceSpec
 from schemas.events import Device
 
 MAX_NAME_IN_REASON: Final = 64
@@ -115,6 +123,59 @@ def validate_value(name: str, spec: ResourceSpec, value: Any) -> Any:
     if len(members) > spec.max_items:
         return Rejected(f"{short(name)}: {len(members)} members exceed max_items {spec.max_items}")
     return members
+
+
+def normalize(kind: Kind, value: Any) -> Any:
+    """The reader's half of the rule: the value as `select[]` sees it, or None when it is
+    null or not of `kind`.
+
+    numeric → finite float (bool is not a number), boolean → bool,
+    string → str, string_set → frozenset[str].  Bounds, lengths and sizes are
+    not checked again: the projector stored only values `validate_value`
+    accepted (and drops those a new catalog refuses); the kind is checked
+    because a reader's catalog may declare another kind than the writer's.
+    Whatever `validate_value` accepts, this accepts (tests/test_validation.py).
+    """
+    if value is None:
+        return None
+    if kind == "numeric":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        try:
+            f = float(value)
+        except OverflowError:
+            return None
+        return f if math.isfinite(f) else None
+    if kind == "boolean":
+        return value if isinstance(value, bool) else None
+    if kind == "string":
+        return value if isinstance(value, str) else None
+    if isinstance(value, list | tuple | set | frozenset) and all(isinstance(m, str) for m in value):
+        return frozenset(value)
+    return None
+
+
+def value_type(spec: ResourceSpec) -> Any:
+    """The msgspec type of `validate_value`'s rule for `spec`, for a typed decoder.
+
+    It accepts a subset of what `validate_value` accepts *unchanged* (a
+    string set only if its members are strings; sorting and de-duplicating
+    stay with the caller): a report that decodes with it needs no further
+    check, and one that does not is checked value by value with
+    `validate_value`, which says why.  The fold's fast path decodes with it
+    (`projections.plan`); tests/test_validation.py holds the two to agreement.
+    """
+    if spec.kind == "numeric":
+        lo = spec.min if spec.min is not None else -FLOAT_MAX
+        hi = spec.max if spec.max is not None else FLOAT_MAX
+        int_meta = Meta(ge=math.ceil(lo) if spec.min is not None else None,
+                        le=math.floor(hi) if spec.max is not None else None)
+        return Annotated[int, int_meta] | Annotated[float, Meta(ge=lo, le=hi)] | None
+    if spec.kind == "boolean":
+        return bool | None
+    if spec.kind == "string":
+        return Annotated[str, Meta(max_length=spec.max_length)] | None
+    return Annotated[list[str], Meta(max_length=spec.max_items)] | None
 
 
 def validate_devices(devices: list[Device]) -> Rejected | None:

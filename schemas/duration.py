@@ -34,18 +34,3 @@ def parse_duration(text: str | float) -> float:
             pass
         raise DurationError(f"expected a duration like '30s', '5m', '1h' or '250ms', got {text!r}")
     return total
-
-
-def format_duration(seconds: float) -> str:
-    """A short human form of `seconds` (`30s`, `5m`, `1h30m`, `250ms`)."""
-    if seconds < 1 and seconds != 0:
-        return f"{round(seconds * 1000)}ms"
-    out, rest = "", seconds
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if rest >= size:
-            n = int(rest // size)
-            out += f"{n}{unit}"
-            rest -= n * size
-    if rest or not out:
-        out += f"{rest:g}s"
-    return out

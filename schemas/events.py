@@ -42,14 +42,18 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     host: str | None = None
 
 
-def check_finite(values: Mapping[str, Any]) -> None:
-    """Refuse NaN and ±infinity before they are published (PayloadError naming each).
+def non_finite(values: Mapping[str, Any]) -> list[str]:
+    """The names whose value is NaN or ±infinity, which no report can carry.
 
     JSON has no such numbers: msgspec would encode them as `null`, which the
-    projector stores as "the reporter cannot tell" — not what the caller meant.
+    projector stores as "the reporter cannot tell" — not what the reporter meant.
     """
-    bad = [f"{name}={v!r}" for name, v in values.items()
-           if isinstance(v, float) and not math.isfinite(v)]
+    return [name for name, v in values.items() if isinstance(v, float) and not math.isfinite(v)]
+
+
+def check_finite(values: Mapping[str, Any]) -> None:
+    """Refuse NaN and ±infinity before they are published (PayloadError naming each)."""
+    bad = [f"{name}={values[name]!r}" for name in non_finite(values)]
     if bad:
         raise PayloadError(f"not a finite number: {', '.join(bad)} (numeric values must be "
                            "finite; report None/null for 'cannot tell')")

@@ -14,10 +14,11 @@ from nats.aio.client import Client
 from bus.streams import StreamSettings
 from bus.subjects import CATALOG, event_subject, host_snapshot_subject
 from ops.services.projector import Projector
+from ops.services.replay import read_consistent_cut
 from schemas.catalog import Catalog
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import decode, encode
-from schemas.snapshot import HostSnapshot
+from schemas.snapshot import HostSnapshot, ProjectorStatus
 
 FAST_CATALOG_YAML = """
 version: 1
@@ -33,6 +34,15 @@ reporters:
   flexlm:   {type: external, interval: 60s}
 """
 FAST_CATALOG: Catalog = load_catalog_text(FAST_CATALOG_YAML)
+
+
+async def read_consistent_snapshot(nc: Client) -> tuple[ProjectorStatus, dict[str, bytes]]:
+    """`read_consistent_cut` of a test that runs one unpartitioned projector: its status
+    and the records."""
+    statuses, records = await read_consistent_cut(nc)
+    assert len(statuses) == 1, statuses
+    assert statuses[0].partition is None, statuses
+    return statuses[0], records
 
 
 async def publish_catalog(nc: Client, catalog: Catalog = FAST_CATALOG) -> int:

@@ -28,10 +28,10 @@ from schemas.snapshot import (
     ValueEntry,
 )
 from schemas.timestamps import format_time
-from tests.test_select_support import NOW as SELECT_NOW
-from tests.test_select_support import NULL as NULL_SPEC
-from tests.test_select_support import STALE as STALE_SPEC
-from tests.test_select_support import Expired, make_table
+from tests.select_support import NOW as SELECT_NOW
+from tests.select_support import NULL as NULL_SPEC
+from tests.select_support import STALE as STALE_SPEC
+from tests.select_support import Expired, make_table
 
 T0 = 1_790_000_000.0
 RANK = {"fresh": 0, "unknown": 0, "stale": 1}

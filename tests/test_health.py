@@ -11,6 +11,7 @@ from nats.aio.client import Client
 
 from bus.subjects import event_subject
 from ops.commands import health, latency
+from ops.services import latency as latency_service
 from ops.services.reporter_health import FAILING_STATES
 from schemas.catalog_loader import load_catalog_text
 from tests.fault_support import eventually
@@ -139,6 +140,6 @@ async def test_latency_says_why_a_reporter_has_no_snapshot_sample(
         assert rows["datasets"]["stored_to_snapshot"]["n"] == 1
         assert rows["datasets"]["note"] is None
         assert rows["scratch"]["stored_to_snapshot"]["n"] == 0
-        assert rows["scratch"]["note"] == latency.NO_SNAPSHOT_SAMPLE
+        assert rows["scratch"]["note"] == latency_service.NO_SNAPSHOT_SAMPLE
         assert await latency.run(_args(nats_url, json=False, since="5m", watch=0.0)) == 0
-        assert f"scratch: {latency.NO_SNAPSHOT_SAMPLE}" in capsys.readouterr().out
+        assert f"scratch: {latency_service.NO_SNAPSHOT_SAMPLE}" in capsys.readouterr().out

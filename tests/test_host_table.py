@@ -19,12 +19,12 @@ from projections.host_table import (
     HostTable,
     expires_many,
     expires_seconds,
-    normalize,
 )
+from projections.validation import normalize
 from schemas.catalog import Catalog
 from schemas.snapshot import AsOf, HostSnapshot, ValueEntry
 from schemas.timestamps import format_time, parse_time
-from tests.test_select_support import (
+from tests.select_support import (
     CATALOG,
     NOW,
     Expired,
@@ -32,8 +32,8 @@ from tests.test_select_support import (
     host_snapshot,
     make_table,
 )
-from tests.test_select_support import NULL as NULL_VALUE
-from tests.test_select_support import STALE as STALE_VALUE
+from tests.select_support import NULL as NULL_VALUE
+from tests.select_support import STALE as STALE_VALUE
 
 
 def test_empty_table() -> None:

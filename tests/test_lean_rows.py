@@ -24,8 +24,8 @@ from projections.select import compile_select, explain
 from schemas.codec import DECODERS, encode
 from schemas.snapshot import HostSnapshot
 from schemas.timestamps import format_time
+from tests.select_support import CATALOG, NOW, host_snapshot
 from tests.test_host_table import _SNAPSHOTS, _assert_same_table, _without_twins
-from tests.test_select_support import CATALOG, NOW, host_snapshot
 
 EXPRESSIONS = [
     "free > 10", "ok", "!ok || free <= 3", 'os == "rhel9"', 'os < "m"', 'tags has "a"',

@@ -15,8 +15,8 @@ from nats.aio.client import Client
 
 from bus.ordered import StoredMessage
 from bus.subjects import event_subject
-from ops.commands.latency import _Collector
 from ops.rest.host_query import HostFacts, query
+from ops.services.latency import _Collector
 from projections.host_table import HostTable
 from schemas.snapshot import AsOf, HostSnapshot, ValueEntry, ValueState
 from schemas.timestamps import format_time

@@ -14,11 +14,11 @@ from bus.subjects import (
     host_snapshot_subject,
     is_projector_status,
 )
-from ops.services.replay import read_consistent_cut, read_consistent_snapshot
+from ops.services.replay import read_consistent_cut
 from ops.services.snapshot_reader import read_snapshot
 from ops.services.view import SchedulerView, loaded_view
 from schemas.codec import encode
-from schemas.errors import CrrError, CrrTimeoutError
+from schemas.errors import CrrTimeoutError
 from schemas.snapshot import ProjectorStatus
 from tests.fault_support import eventually, projector_status, stored_events
 from tests.projector_support import (
@@ -106,24 +106,22 @@ def _status(seq: int, partition: int | None = None) -> ProjectorStatus:
                            partitions=None if partition is None else 2)
 
 
-async def test_consistent_snapshot_of_one_projector_or_a_layout(
+async def test_consistent_cut_of_one_projector_or_a_layout(
         nc: Client, nats_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """`read_consistent_snapshot` is for one projector: partitions' status records (the newest,
-    an older unpartitioned one left behind) are refused plainly; `read_consistent_cut` gives
-    the partitions' statuses; back on one projector, the partitions' left-over records are
-    neither its status nor compared."""
+    """`read_consistent_cut` gives the current layout's statuses: the partitions' (the
+    newest; an older unpartitioned one left behind is not among them); back on one
+    projector, only its status, and the partitions' left-over records are neither its
+    status nor compared."""
     js = nc.jetstream()
     await js.publish(SNAPSHOT_PROJECTOR, encode(_status(0)))
     for k in (0, 1):
         await js.publish(f"{SNAPSHOT_PROJECTOR}.{k}", encode(_status(0, k)))
-    with pytest.raises(CrrError, match="written by 2 partitioned projectors, not one"):
-        await read_consistent_snapshot(nc)
     statuses, _ = await read_consistent_cut(nc)
     assert [s.partition for s in statuses] == [0, 1]
     one = _status(0)
     await js.publish(SNAPSHOT_PROJECTOR, encode(one))
-    status, records = await read_consistent_snapshot(nc)
-    assert status == one
+    statuses, records = await read_consistent_cut(nc)
+    assert statuses == [one]
     assert not any(is_projector_status(s) for s in records)
 
 

@@ -17,11 +17,10 @@ from bus.ordered import OrderedReader, StoredMessage
 from bus.pipeline_publish import PipelinePublisher
 from bus.subjects import EVENTS_STREAM, event_subject, host_snapshot_subject
 from ops.cli import build_parser
-from ops.services.replay import read_consistent_snapshot
 from ops.services.snapshot_writer import SnapshotWriter
 from schemas.codec import decode
 from schemas.snapshot import HostSnapshot
-from tests.projector_support import publish_catalog, running_projector
+from tests.projector_support import publish_catalog, read_consistent_snapshot, running_projector
 
 HOSTS = 150
 ROUNDS = 8

@@ -19,7 +19,6 @@ from nats.aio.client import Client
 from bus.subjects import CATALOG, event_subject, host_snapshot_subject
 from ops.cli import build_parser
 from ops.services.projector import Projector
-from ops.services.replay import read_consistent_snapshot
 from projections.host_table import HostTable
 from projections.select import compile_select
 from schemas.catalog import Catalog
@@ -28,6 +27,7 @@ from schemas.codec import decode, encode
 from schemas.errors import CrrError
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus
 from schemas.timestamps import format_time, parse_time
+from tests.projector_support import read_consistent_snapshot
 
 CATALOG_YAML = """
 version: 1

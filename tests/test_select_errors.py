@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from projections.select import ExpressionError, compile_select
-from tests.test_select_support import CATALOG
+from tests.select_support import CATALOG
 
 # (expression, column, a fragment of the message)
 CASES = [

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from projections.host_table import HostTable
 from projections.select import compile_select, explain
 from projections.select.reference import Env, evaluate, excluded_by
-from tests.test_select_support import (
+from tests.select_support import (
     CATALOG,
     NOW,
     NULL,

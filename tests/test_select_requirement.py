@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from projections.select import ExpressionError, compile_select, explain
 from projections.select.requirement import SECTIONS, split
-from tests.test_select_support import CATALOG, NOW, make_table
+from tests.select_support import CATALOG, NOW, make_table
 
 TABLE = make_table({
     "h1": {"free": 5.0, "os": "RHEL4.6", "arch": "XeonE5-2650", "ok": True},

@@ -8,7 +8,7 @@ import pytest
 from ops.services.host_status import host_status
 from ops.table import render_host_long, render_hosts, show_age, show_number, show_value
 from schemas.snapshot import ReporterStatus
-from tests.test_select_support import (
+from tests.select_support import (
     CATALOG,
     NOW,
     NULL,

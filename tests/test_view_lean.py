@@ -19,7 +19,7 @@ from projections.host_table import HostTable, expires_seconds
 from projections.select import compile_select, explain
 from schemas.codec import DECODERS, encode
 from schemas.snapshot import HostSnapshot
-from tests.test_select_support import CATALOG, NOW, STALE, StaleWas, host_snapshot
+from tests.select_support import CATALOG, NOW, STALE, StaleWas, host_snapshot
 
 EXPRS = ["free > 3", 'os == "rhel9" && ok', 'tags has "a" || free < 2', "!ok"]
 

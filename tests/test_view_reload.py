@@ -15,7 +15,7 @@ from bus.streams import provision
 from bus.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM, host_snapshot_subject
 from ops.services.view import SchedulerView
 from schemas.codec import encode
-from tests.test_select_support import CATALOG, host_snapshot
+from tests.select_support import CATALOG, host_snapshot
 
 OLD = [f"old{i:02d}" for i in range(10)]
 NEW = ["new0", "new1", "new2"]

@@ -9,15 +9,14 @@ import sys
 from typing import Any
 
 import msgspec
-import nats.js.errors
 import yaml
 
+from bus.catalog_watch import fetch_catalog
 from bus.connection import connect
 from bus.streams import provision
-from bus.subjects import CATALOG, SNAPSHOT_CATALOG, SNAPSHOT_STREAM
-from schemas.catalog import Catalog
+from bus.subjects import CATALOG
 from schemas.catalog_loader import elim_mode_notes, load_catalog
-from schemas.codec import decode, encode
+from schemas.codec import encode
 from schemas.errors import CrrError
 
 
@@ -52,18 +51,6 @@ async def apply_cmd(args: argparse.Namespace) -> int:
     print(f"published {args.file}: {len(catalog.resources)} resources, "
           f"{len(catalog.reporters)} reporters (seq {ack.seq})")
     return 0
-
-
-async def fetch_catalog(nc: Any) -> Catalog | None:
-    """The active catalog from CRR_SNAPSHOT, or None when none is active yet."""
-    js = nc.jetstream()
-    try:
-        msg = await js.get_last_msg(SNAPSHOT_STREAM, SNAPSHOT_CATALOG)
-    except nats.js.errors.NotFoundError:
-        return None
-    if msg.data is None:
-        return None
-    return decode(msg.data, Catalog)
 
 
 async def show_cmd(args: argparse.Namespace) -> int:

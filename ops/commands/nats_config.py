@@ -16,8 +16,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from bus.catalog_watch import fetch_catalog
 from bus.connection import connect
-from ops.commands.catalog import fetch_catalog
 from ops.nats_auth import DEFAULT_BCRYPT_COST, generate
 from schemas.catalog import Catalog
 from schemas.catalog_loader import load_catalog

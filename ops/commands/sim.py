@@ -26,6 +26,7 @@ from bus.connection import connect
 from ops.services.view import SchedulerView, loaded_view
 from producers import sim_reporters
 from projections.host_table import FRESH, HostTable
+from projections.percentile import percentiles
 from schemas.catalog import Catalog
 from schemas.errors import CrrError, ExpressionError
 
@@ -138,14 +139,6 @@ def generate_jobs(n: int, catalog: Catalog, table: HostTable, seed: int) -> list
     return jobs
 
 
-def percentile(sorted_values: list[int], p: float) -> int:
-    """Nearest-rank percentile of an already sorted list (0 if empty)."""
-    if not sorted_values:
-        return 0
-    k = max(0, math.ceil(p / 100 * len(sorted_values)) - 1)
-    return sorted_values[k]
-
-
 async def play(view: SchedulerView, jobs: list[str], duration: float | None) -> dict[str, Any]:
     """Run `jobs` (one pass, or in a loop for `duration` s) and summarise the decisions."""
     counts: list[int] = []
@@ -174,6 +167,7 @@ async def play(view: SchedulerView, jobs: list[str], duration: float | None) -> 
         await asyncio.sleep(0)  # let the view apply live snapshot changes between decisions
     elapsed = time.perf_counter() - started
     counts.sort()
+    p50, p90 = percentiles(counts, (50, 90)) if counts else (0, 0)
     return {
         "hosts": len(view.table),
         "jobs": len(jobs),
@@ -184,8 +178,8 @@ async def play(view: SchedulerView, jobs: list[str], duration: float | None) -> 
         "wall_decisions_per_s": round(len(counts) / elapsed, 1) if elapsed > 0 else None,
         "candidates": {
             "min": counts[0] if counts else 0,
-            "p50": percentile(counts, 50),
-            "p90": percentile(counts, 90),
+            "p50": p50,
+            "p90": p90,
             "max": counts[-1] if counts else 0,
             "mean": round(sum(counts) / len(counts), 1) if counts else 0,
             "zero": sum(1 for c in counts if c == 0),

@@ -13,7 +13,6 @@ that changed or expired since are looked at again.
 from __future__ import annotations
 
 import fnmatch
-import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -24,8 +23,8 @@ import numpy as np
 
 from ops.services.host_status import HostStatus, host_status
 from ops.services.reporter_health import FAILING_STATES
-from projections.freshness import ProjectorLiveness, host_at
-from projections.host_table import BoolArray, HostTable, IntArray, expires_seconds
+from projections.freshness import ProjectorLiveness, earliest_expiry, host_at
+from projections.host_table import BoolArray, HostTable, IntArray
 from projections.select import Section
 from schemas.errors import CrrError
 from schemas.snapshot import HostSnapshot
@@ -91,9 +90,8 @@ class _Facts:
         self.status: HostStatus = host_status(shown, now)
         self.values = Counter(e.state for e in shown.values.values())
         self.reporters = tuple(st.state for st in snap.reporters.values())
-        later = [t for t in (expires_seconds(e.expires_at) for e in shown.values.values()
-                             if e.state != "stale") if t > now]
-        self.until = min(later, default=math.inf)
+        self.until = earliest_expiry(shown)
+        """Until then these facts hold (`shown` has nothing due before it)."""
 
 
 class HostFacts:

@@ -32,10 +32,10 @@ from litestar import get
 from litestar.exceptions import NotFoundException
 from litestar.params import PathParameter, QueryParameter
 
-from ops.commands.latency import ReporterLatency, SlowReport, collect, slowest, summarize
 from ops.rest.host_query import MAX_LIMIT, HostFacts, HostPage, Summary, query
 from ops.rest.host_query import summarize as count_hosts
 from ops.services.host_timeline import read_timeline, retention
+from ops.services.latency import ReporterLatency, SlowReport, collect, slowest, summarize
 from ops.services.liveness import silent_after
 from ops.services.reporter_health import FAILING_STATES
 from ops.services.view import SchedulerView

@@ -1,7 +1,7 @@
 """The STATUS of a host in listings (`crr hosts`), derived from its snapshot record at `now`.
 
-The state of a value at `now` (`value_state_at`) is the freshness rule every
-surface shares (`projections.freshness.value_state`).
+The state of a value at `now` is the freshness rule every surface shares
+(`projections.freshness.entry_state`).
 """
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ from __future__ import annotations
 from typing import Final, Literal
 
 from ops.services.reporter_health import FAILING_STATES
-from projections.freshness import value_state
-from projections.host_table import expires_seconds
-from schemas.snapshot import HostSnapshot, InventoryEntry, ValueEntry, ValueState
+from projections.freshness import entry_state
+from schemas.snapshot import HostSnapshot
 
 HostStatus = Literal["ok", "failing", "stale", "unknown", "empty"]
 
@@ -21,17 +20,11 @@ STATUS_HELP: Final = (
 )
 
 
-def value_state_at(entry: ValueEntry | InventoryEntry, now: float) -> ValueState:
-    """A value's (or inventory's) state at `now`: stale once its `expires_at` passed,
-    projector or not (`projections.freshness.value_state`)."""
-    return value_state(entry.state, expires_seconds(entry.expires_at), now)
-
-
 def host_status(snap: HostSnapshot, now: float) -> HostStatus:
     """The worst of: a failing reporter, a stale value, an unknown value; else ok (or empty)."""
     if any(st.state in FAILING_STATES for st in snap.reporters.values()):
         return "failing"
-    states = {value_state_at(e, now) for e in snap.values.values()}
+    states = {entry_state(e, now) for e in snap.values.values()}
     if "stale" in states:
         return "stale"
     if "unknown" in states:

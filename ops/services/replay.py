@@ -434,16 +434,6 @@ async def read_consistent_cut(nc: Client) -> tuple[list[ProjectorStatus], dict[s
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-async def read_consistent_snapshot(nc: Client) -> tuple[ProjectorStatus, dict[str, bytes]]:
-    """`read_consistent_cut` for one unpartitioned projector: its status and the records
-    (CrrError when partitions write the snapshot)."""
-    statuses, records = await read_consistent_cut(nc)
-    if len(statuses) != 1 or statuses[0].partition is not None:
-        raise CrrError(f"CRR_SNAPSHOT is written by {len(statuses)} partitioned projectors, "
-                       "not one (read it with read_consistent_cut)")
-    return statuses[0], records
-
-
 def status_subject(partition: int | None) -> str:
     """Where a projector (partition) writes its status."""
     return SNAPSHOT_PROJECTOR if partition is None else f"{SNAPSHOT_PROJECTOR}.{partition}"

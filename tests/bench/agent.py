@@ -40,6 +40,7 @@ from nats.aio.msg import Msg
 from bus.server import NatsServer
 from bus.streams import provision
 from bus.subjects import SNAPSHOT_CATALOG
+from projections.percentile import percentiles
 from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
 from schemas.codec import decode, encode
 from schemas.events import Report
@@ -97,12 +98,6 @@ def bench_catalog(n: int, interval: float) -> Catalog:
                                            timeout=max(1.0, interval))
                  for i in range(n)}
     return Catalog(resources=resources, reporters=reporters)
-
-
-def percentile(xs: list[float], p: float) -> float:
-    """The `p`-th percentile (nearest rank) of `xs`."""
-    s = sorted(xs)
-    return s[min(len(s) - 1, max(0, round(p / 100 * len(s)) - 1))]
 
 
 async def bench(n: int, interval: float, duration: float, warmup: float) -> int:
@@ -171,11 +166,13 @@ async def bench(n: int, interval: float, duration: float, warmup: float) -> int:
     print(f"{'RSS peak, MB':28}{a1.hwm_mb:>12.1f}{i1.hwm_mb:>22.1f}")
     if latencies:
         print(f"reports received: {len(latencies)} of ~{expected:.0f} expected")
-        print(f"spawn-to-publish latency ms: p50 {percentile(latencies, 50) * 1000:.1f}  "
-              f"p99 {percentile(latencies, 99) * 1000:.1f}  max {max(latencies) * 1000:.1f}  "
-              f"mean {statistics.fmean(latencies) * 1000:.1f}")
-        print(f"observed_at-to-received ms: p50 {percentile(publish_path, 50) * 1000:.1f}  "
-              f"p99 {percentile(publish_path, 99) * 1000:.1f}  (observed_at has ms precision)")
+        p50, p99 = percentiles(latencies, (50, 99))
+        print(f"spawn-to-publish latency ms: p50 {p50 * 1000:.1f}  p99 {p99 * 1000:.1f}  "
+              f"max {max(latencies) * 1000:.1f}  mean {statistics.fmean(latencies) * 1000:.1f}")
+        if publish_path:
+            p50, p99 = percentiles(publish_path, (50, 99))
+            print(f"observed_at-to-received ms: p50 {p50 * 1000:.1f}  p99 {p99 * 1000:.1f}  "
+                  "(observed_at has ms precision)")
     else:
         print("no reports received")
     print(f"agent stop (SIGTERM): exit {agent_rc} after {stop_took:.2f}s")

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import statistics
 import sys
 import tempfile
 import time
@@ -41,6 +40,7 @@ from bus.streams import StreamSettings, provision
 from bus.subjects import CATALOG, event_subject
 from ops.services.projector import Projector
 from ops.services.view import SchedulerView
+from projections.percentile import percentiles
 from schemas.catalog import Catalog
 from schemas.codec import encode
 from tests.bench.fold import bench_catalog, payload
@@ -104,12 +104,6 @@ async def wait_latencies(nc: Client, probes: int) -> list[float]:
     return out
 
 
-def pct(xs: list[float], q: float) -> float:
-    """The q-quantile of `xs` (nearest rank)."""
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(q * len(s)))]
-
-
 async def bench(hosts: int, probes: int, status_interval: float, store: Path) -> int:
     """Both layouts on their own server; prints each figure beside its baseline."""
     results: dict[str, tuple[float, float, list[float]]] = {}
@@ -135,10 +129,13 @@ async def bench(hosts: int, probes: int, status_interval: float, store: Path) ->
           f"({start / base_start:.2f}x)")
     print(f"position work per status write: partition {cost * 1e3:.2f} ms vs unpartitioned "
           f"{base_cost * 1e6:.1f} us")
+    p50s = []
     for label, xs in (("unpartitioned", base_lat), ("2 partitions", lat)):
-        print(f"wait_until latency, {label}: p50 {statistics.median(xs) * 1e3:.1f} ms, "
-              f"p90 {pct(xs, 0.9) * 1e3:.1f} ms, max {max(xs) * 1e3:.1f} ms")
-    print(f"wait_until p50 ratio: {statistics.median(lat) / statistics.median(base_lat):.1f}x")
+        p50, p90 = percentiles(xs, (50, 90))
+        p50s.append(p50)
+        print(f"wait_until latency, {label}: p50 {p50 * 1e3:.1f} ms, "
+              f"p90 {p90 * 1e3:.1f} ms, max {max(xs) * 1e3:.1f} ms")
+    print(f"wait_until p50 ratio: {p50s[1] / p50s[0]:.1f}x")
     return 0
 
 

@@ -78,6 +78,7 @@ from ops.services.snapshot_reader import read_snapshot
 from ops.services.view import SchedulerView
 from producers.simulator import SILENT, Event, Faults, Fleet, run_fleet, sim_catalog
 from projections.host_table import HostTable, expires_seconds
+from projections.percentile import percentiles
 from projections.select import compile_select
 from schemas.codec import decode, encode
 from schemas.duration import parse_duration
@@ -132,11 +133,8 @@ def rss_bytes(pid: int | None = None) -> int:
 
 
 def percentile(xs: list[float], p: float) -> float:
-    """The p-th percentile (nearest rank) of `xs` (nan when empty)."""
-    if not xs:
-        return float("nan")
-    s = sorted(xs)
-    return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))]
+    """The p-th percentile of `xs` (`projections.percentile`; nan when empty)."""
+    return percentiles(xs, (p,))[0] if xs else float("nan")
 
 
 async def projector_seq(nc: Client) -> int:
