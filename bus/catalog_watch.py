@@ -14,10 +14,10 @@ from nats.aio.client import Client
 
 from bus.connection import describe
 from bus.ordered import OrderedReader, StoredMessage
-from bus.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM
 from schemas.catalog import Catalog
 from schemas.codec import decode
 from schemas.errors import PayloadError
+from schemas.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM
 
 log = logging.getLogger("crr.bus.catalog")
 

@@ -49,6 +49,7 @@ from nats.aio.client import Client
 from bus import tracing
 from bus.connection import add_error_listener, switch_server
 from schemas.errors import AuthError, CrrTimeoutError
+from schemas.subjects import MSG_ID_HEADER
 
 log = logging.getLogger("crr.bus.outbox")
 
@@ -170,7 +171,7 @@ class Outbox:
         headers: dict[str, str] | None = None,
     ) -> None:
         """Queue a message; returns at once (see module doc for what is kept)."""
-        hdrs = {"Nats-Msg-Id": msg_id}
+        hdrs = {MSG_ID_HEADER: msg_id}
         if headers:
             hdrs.update(headers)
         item = _Item(subject, payload, hdrs, keep,

@@ -12,7 +12,6 @@ adding subjects changes no stored message and no reader's meaning.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,16 +25,16 @@ from nats.js.api import (
     SubjectTransform,
 )
 
-from bus.subjects import (
-    CATALOG,
+from schemas.errors import StreamConfigError
+from schemas.subjects import (
     EVENT_SUBJECTS,
     EVENTS_STREAM,
-    SNAPSHOT_CATALOG,
-    SNAPSHOT_CLUSTER,
+    PARTITION_SOURCE,
     SNAPSHOT_STREAM,
     SNAPSHOT_SUBJECTS,
+    destination_partitions,
+    partition_destination,
 )
-from schemas.errors import StreamConfigError
 
 DEFAULT_EVENTS_MAX_AGE = 24 * 3600.0
 DUPLICATE_WINDOW = 120.0
@@ -62,67 +61,13 @@ def partition_transform(partitions: int) -> SubjectTransform | None:
     """
     if partitions <= 1:
         return None
-    return SubjectTransform(
-        src="crr.v1.*.host.*.*",
-        dest="crr.v1.{{wildcard(1)}}.host.{{wildcard(2)}}.{{wildcard(3)}}"
-             f".{{{{partition({partitions},2)}}}}",
-    )
+    return SubjectTransform(src=PARTITION_SOURCE, dest=partition_destination(partitions))
 
 
 def stored_partitions(config: StreamConfig) -> int:
     """N of the partition transform CRR_EVENTS stores with (1: none)."""
     t = config.subject_transform
-    if t is None or not t.dest or "partition(" not in t.dest:
-        return 1
-    return int(t.dest.split("partition(", 1)[1].split(",", 1)[0])
-
-
-def partition_of(host_token: str, partitions: int) -> int:
-    """The partition `partition(N, host)` of the stream transform gives a host token.
-
-    nats-server hashes the token's bytes with 32-bit FNV-1a, modulo N (checked
-    against a real server in tests/test_repartition.py).  Projectors use it to
-    keep only their own hosts among events stored under an older layout.
-    """
-    h = 0x811C9DC5
-    for b in host_token.encode():
-        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
-    return h % partitions
-
-
-def owner(subject: str, partitions: int) -> int | None:
-    """The partition that folds an event (published or stored subject) or writes a
-    CRR_SNAPSHOT record: the host's `partition_of`; 0 for cluster and catalog subjects
-    (every partition also folds the catalog); None for anything else (dead letters)."""
-    parts = subject.split(".", 5)
-    if len(parts) >= 5 and parts[3] == "host":  # crr.v1.<kind|snapshot>.host.<host>[…]
-        return partition_of(parts[4], partitions)
-    if subject in (CATALOG, SNAPSHOT_CATALOG, SNAPSHOT_CLUSTER) or (
-            len(parts) == 5 and parts[3] == "cluster"):
-        return 0
-    return None
-
-
-def owns(partition: int, partitions: int) -> Callable[[str], bool]:
-    """Whether an event (published or stored subject) is partition `partition`'s to fold:
-    the catalog (every partition's), cluster subjects (partition 0's) and its hosts.
-    Remembers each host token's answer (the projector asks for every event)."""
-    known: dict[str, bool] = {}
-
-    def keep(subject: str) -> bool:
-        parts = subject.split(".", 5)
-        if len(parts) < 5:
-            return subject == CATALOG
-        if parts[3] == "cluster":
-            return partition == 0
-        if parts[3] != "host":
-            return False
-        mine = known.get(parts[4])
-        if mine is None:
-            mine = known[parts[4]] = partition_of(parts[4], partitions) == partition
-        return mine
-
-    return keep
+    return 1 if t is None or not t.dest else destination_partitions(t.dest)
 
 
 def events_config(s: StreamSettings) -> StreamConfig:

@@ -45,15 +45,14 @@ from opentelemetry.trace import Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import Attributes
 
-from bus.subjects import EVENT_TYPES, PREFIX, SNAPSHOT_HOST_PREFIX
+from schemas.subjects import MSG_ID_HEADER, subject_template
 
 __all__ = [
     "Span", "SpanContext", "Status", "StatusCode", "consume", "current_span_context",
-    "destination_template", "end_publish", "is_traced", "root_span", "span", "start_publish",
+    "end_publish", "is_traced", "root_span", "span", "start_publish",
 ]
 
 TRACEPARENT: Final = "traceparent"
-MSG_ID: Final = "Nats-Msg-Id"
 
 # The proxy tracer resolves the global provider lazily: importing this module
 # configures nothing (`ops.telemetry` installs an SDK provider from OTEL_*).
@@ -163,26 +162,13 @@ def _root_tracer() -> trace.Tracer | None:
     return s.root_tracer()
 
 
-def destination_template(subject: str) -> str:
-    """The subject with its host and reporter tokens replaced: a low-cardinality name."""
-    parts = subject.split(".")
-    if len(parts) >= 5 and parts[0] == "crr" and parts[2] in EVENT_TYPES:
-        if parts[3] == "host" and len(parts) == 6:
-            return f"{PREFIX}.{parts[2]}.host.{{host}}.{{reporter}}"
-        if parts[3] == "cluster" and len(parts) == 5:
-            return f"{PREFIX}.{parts[2]}.cluster.{{reporter}}"
-    if subject.startswith(SNAPSHOT_HOST_PREFIX):
-        return SNAPSHOT_HOST_PREFIX + "{host}"
-    return subject
-
-
 def _messaging(subject: str, operation: str, op_type: str) -> dict[str, str]:
     return {
         "messaging.system": "nats",
         "messaging.operation.name": operation,
         "messaging.operation.type": op_type,
         "messaging.destination.name": subject,
-        "messaging.destination.template": destination_template(subject),
+        "messaging.destination.template": subject_template(subject),
     }
 
 
@@ -200,19 +186,19 @@ def start_publish(
     """
     if parent is not None:
         ctx = trace.set_span_in_context(trace.NonRecordingSpan(parent))
-        span = _tracer.start_span(f"publish {destination_template(subject)}", context=ctx,
+        span = _tracer.start_span(f"publish {subject_template(subject)}", context=ctx,
                                   kind=SpanKind.PRODUCER)
     else:
         tracer = _root_tracer()
         if tracer is None:
             return None
-        span = tracer.start_span(f"publish {destination_template(subject)}",
+        span = tracer.start_span(f"publish {subject_template(subject)}",
                                  kind=SpanKind.PRODUCER)
     if not span.is_recording():
         span.end()
         return None
     span.set_attributes(_messaging(subject, "publish", "send"))
-    msg_id = headers.get(MSG_ID)
+    msg_id = headers.get(MSG_ID_HEADER)
     if msg_id is not None:
         span.set_attribute("messaging.message.id", msg_id)
     if size is not None:
@@ -259,11 +245,11 @@ def consume(
         "crr.stream.sequence": seq,
         "messaging.message.body.size": size,
     }
-    msg_id = headers.get(MSG_ID)
+    msg_id = headers.get(MSG_ID_HEADER)
     if msg_id is not None:
         attributes["messaging.message.id"] = msg_id
     with _tracer.start_as_current_span(
-        f"process {destination_template(subject)}", context=parent, kind=SpanKind.CONSUMER,
+        f"process {subject_template(subject)}", context=parent, kind=SpanKind.CONSUMER,
         attributes=attributes,
     ) as span:
         yield span

@@ -52,17 +52,23 @@ from pathlib import Path
 from typing import Literal
 
 from bus.server import NatsServer
-from bus.subjects import (
-    EVENT_TYPES,
-    EVENTS_STREAM,
-    SNAPSHOT_CATALOG,
-    SNAPSHOT_PROJECTOR,
-    SNAPSHOT_STREAM,
-    token,
-)
 from schemas.catalog import Catalog
 from schemas.catalog_loader import load_catalog
 from schemas.errors import CrrError
+from schemas.subjects import (
+    ADMIN_ALL,
+    CATALOG,
+    DEADLETTER,
+    EVENT_TYPES,
+    EVENTS_STREAM,
+    SNAPSHOT_ALL,
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_STREAM,
+    STATUS_PARTITIONS,
+    cluster_event_filter,
+    host_event_filter,
+    token,
+)
 
 AuthMode = Literal["nkey", "password"]
 
@@ -118,43 +124,44 @@ def _external_host_reporters(catalog: Catalog) -> list[str]:
 def host_identity(host: str, catalog: Catalog) -> Identity:
     """The agent on `host`: its own host subjects only (not an external reporter's)."""
     t = token(host)
-    deny = tuple(f"crr.v1.*.host.{t}.{token(r)}" for r in _external_host_reporters(catalog))
+    deny = tuple(host_event_filter(host=host, reporter=r)
+                 for r in _external_host_reporters(catalog))
     return Identity(
         name=f"host.{t}", role="host",
-        publish=(*(f"crr.v1.{k}.host.{t}.*" for k in EVENT_TYPES), *FOLLOW_CATALOG),
+        publish=(*(host_event_filter(k, host) for k in EVENT_TYPES), *FOLLOW_CATALOG),
         publish_deny=deny)
 
 
 def reporter_identity(reporter: str, catalog: Catalog) -> Identity:
     """An external reporter: its cluster subjects (+ host subjects if it owns host-scope values)."""
     t = token(reporter)
-    subjects = [f"crr.v1.{k}.cluster.{t}" for k in EVENT_TYPES]
+    subjects = [cluster_event_filter(k, reporter) for k in EVENT_TYPES]
     if reporter in _external_host_reporters(catalog):
-        subjects += [f"crr.v1.{k}.host.*.{t}" for k in EVENT_TYPES]
+        subjects += [host_event_filter(k, reporter=reporter) for k in EVENT_TYPES]
     return Identity(name=f"reporter.{t}", role="reporter",
                     publish=(*subjects, *FOLLOW_CATALOG))
 
 
 def simulator_identity(hosts: Iterable[str]) -> Identity:
     """One connection publishing for many (simulated) hosts: `crr demo`, `crr sim`."""
-    pubs = [f"crr.v1.{k}.host.{token(h)}.*" for h in hosts for k in EVENT_TYPES]
+    pubs = [host_event_filter(k, h) for h in hosts for k in EVENT_TYPES]
     return Identity(name="simulator", role="simulator", publish=(*pubs, *FOLLOW_CATALOG))
 
 
 PROJECTOR = Identity(
     name="projector", role="projector",
-    publish=("crr.v1.snapshot.>", "crr.v1.deadletter", "$JS.API.INFO",
+    publish=(SNAPSHOT_ALL, DEADLETTER, "$JS.API.INFO",
              *(f"$JS.API.STREAM.{op}.{s}" for op in ("CREATE", "UPDATE")
                for s in (EVENTS_STREAM, SNAPSHOT_STREAM)),
              *_read_stream_fully(EVENTS_STREAM), *_read_stream_fully(SNAPSHOT_STREAM)),
     # Partitions hear each other's status writes (see ops.services.projector: covered_seq).
-    subscribe=(INBOX, f"{SNAPSHOT_PROJECTOR}.*"))
+    subscribe=(INBOX, STATUS_PARTITIONS))
 VIEW = Identity(
     name="view", role="view",
     publish=("$JS.API.INFO", "$JS.API.STREAM.NAMES",
              *_read_stream_fully(SNAPSHOT_STREAM), *_read_stream_fully(EVENTS_STREAM)))
 ADMIN = Identity(name="admin", role="admin",
-                 publish=("crr.v1.catalog", "crr.v1.admin.>", "$JS.API.>", "$JS.FC.>"))
+                 publish=(CATALOG, ADMIN_ALL, "$JS.API.>", "$JS.FC.>"))
 
 
 def identities(

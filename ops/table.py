@@ -14,9 +14,9 @@ from typing import Any, Final
 from ops.services.host_status import STATUS_HELP, host_status
 from ops.services.reporter_health import FAILING_STATES
 from projections.freshness import entry_state
-from projections.host_table import expires_seconds
 from schemas.catalog import Catalog
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ValueEntry
+from schemas.wire_time import seconds_of
 
 MARKS = {"fresh": "", "stale": "~", "unknown": "?"}
 LEGEND = "~ stale (last value shown)   ? unknown (reporter said null)   - never reported"
@@ -111,11 +111,12 @@ def show_age(seconds: float) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
-def _since(text: str | None, now: float) -> str:
-    """`12s ago` for a past time, `in 30s` for a future one, `-` for none."""
+def _since(text: str | None, ts: float | None, now: float) -> str:
+    """`12s ago` for a past time, `in 30s` for a future one, `-` for none (`ts`: the
+    time's numeric twin, None for a record from an older writer)."""
     if not text:
         return "-"
-    t = expires_seconds(text)
+    t = seconds_of(ts, text)
     if t == -math.inf:
         return text
     return f"{show_age(now - t)} ago" if t <= now else f"in {show_age(t - now)}"
@@ -147,8 +148,9 @@ def render_host_long(
             entry.last_value if entry.state == "stale" else entry.value)
         shown = "?" if state == "unknown" else MARKS[state] + _cut(show_plain(value, wide),
                                                                    wide, CELL_WIDTH)
-        rows.append([name, shown, state, show_age(now - expires_seconds(entry.received_at)),
-                     entry.reporter, _since(entry.expires_at, now)])
+        age = show_age(now - seconds_of(entry.received_ts, entry.received_at))
+        rows.append([name, shown, state, age, entry.reporter,
+                     _since(entry.expires_at, entry.expires_ts, now)])
     lines.append("")
     lines.extend(_columns(rows))
     if snap.inventory:
@@ -156,7 +158,7 @@ def render_host_long(
         for name, inv in sorted(snap.inventory.items()):
             inv_state = entry_state(inv, now)
             rows.append([name, str(len(inv.devices)), inv_state, inv.reporter,
-                         _since(inv.expires_at, now)])
+                         _since(inv.expires_at, inv.expires_ts, now)])
         lines.append("")
         lines.extend(_columns(rows))
     lines.append("")
@@ -164,7 +166,8 @@ def render_host_long(
         rows = [["REPORTER", "STATE", "SINCE", "LAST REPORT", "REJECTED", "DETAIL"]]
         for name, st in sorted(snap.reporters.items()):
             shown_state = st.state + (" (failing)" if st.state in FAILING_STATES else "")
-            rows.append([name, shown_state, _since(st.since, now), _since(st.last_report_at, now),
+            rows.append([name, shown_state, _since(st.since, st.since_ts, now),
+                         _since(st.last_report_at, st.last_report_ts, now),
                          str(st.rejected), _cut(st.detail or "", wide)])
         lines.extend(_columns(rows))
     else:

@@ -16,10 +16,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
-from bus.subjects import event_subject, msg_id
-from schemas.codec import encode
+from schemas.codec import event_message
 from schemas.events import Device, Health, HealthState, Inventory, Pool, Report
-from schemas.timestamps import format_time
+from schemas.subjects import event_subject
+from schemas.wire_time import format_time
 
 Keep = Literal["latest", "all"]
 
@@ -40,22 +40,22 @@ class ReporterPublisher:
         self.host = host
         self.boot = boot
         self.seq = 0
-        self._subjects = {
-            kind: event_subject(kind, reporter, host)
-            for kind in ("report", "inventory", "health")
-        }
+        event_subject("report", reporter, host)  # SubjectError now for a name that is no token
 
     def _next(self) -> int:
         self.seq += 1
         return self.seq
+
+    def _put(self, event: Report | Inventory | Health, *, keep: Keep) -> None:
+        subject, payload, msg_id = event_message(event)
+        self.sink.put(subject, payload, msg_id=msg_id, keep=keep)
 
     def report(self, values: Mapping[str, Any], observed_at: float) -> Report:
         """Publish the measured `values` (observed at `observed_at`, epoch seconds)."""
         seq = self._next()
         event = Report(reporter=self.reporter, host=self.host, boot=self.boot, seq=seq,
                        observed_at=format_time(observed_at), values=dict(values))
-        self.sink.put(self._subjects["report"], encode(event),
-                      msg_id=msg_id(self.reporter, self.host, self.boot, seq), keep="latest")
+        self._put(event, keep="latest")
         return event
 
     def inventory(self, pool: Pool, devices: Sequence[Device], observed_at: float) -> Inventory:
@@ -64,8 +64,7 @@ class ReporterPublisher:
         event = Inventory(reporter=self.reporter, host=self.host, boot=self.boot, seq=seq,
                           observed_at=format_time(observed_at), pool=pool,
                           devices=list(devices))
-        self.sink.put(self._subjects["inventory"], encode(event),
-                      msg_id=msg_id(self.reporter, self.host, self.boot, seq), keep="latest")
+        self._put(event, keep="latest")
         return event
 
     def health(
@@ -76,6 +75,5 @@ class ReporterPublisher:
         event = Health(reporter=self.reporter, host=self.host, boot=self.boot, seq=seq,
                        at=format_time(time.time()), state=state, detail=detail,
                        exit_code=exit_code)
-        self.sink.put(self._subjects["health"], encode(event),
-                      msg_id=msg_id(self.reporter, self.host, self.boot, seq), keep="all")
+        self._put(event, keep="all")
         return event

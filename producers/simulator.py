@@ -37,12 +37,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bus.outbox import Outbox
-from bus.subjects import event_subject, msg_id
 from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
-from schemas.codec import encode
+from schemas.codec import EventMessage, event_message
 from schemas.errors import CrrError
 from schemas.events import Health, Report
-from schemas.timestamps import format_time
+from schemas.wire_time import format_time
 
 DATASET_POOL = ("imagenet", "c4", "laion-5b", "the-pile", "redpajama", "openwebtext",
                 "wikipedia", "coco", "librispeech", "fineweb")
@@ -98,7 +97,7 @@ def simulated_hosts(names: list[str], seed: int) -> list[SimulatedHost]:
 
 def reports(
     hosts: list[SimulatedHost], catalog: Catalog, reporters: list[str], observed_at: str
-) -> Iterator[tuple[str, bytes, str]]:
+) -> Iterator[EventMessage]:
     """(subject, payload, msg id) of one round of reports from every host and reporter."""
     for h in hosts:
         for r in reporters:
@@ -108,8 +107,7 @@ def reports(
             h.seq += 1
             rep = Report(reporter=r, host=h.host, boot=h.boot, seq=h.seq,
                          observed_at=observed_at, values=values)
-            yield (event_subject("report", r, h.host), encode(rep),
-                   msg_id(r, h.host, h.boot, h.seq))
+            yield event_message(rep)
 
 
 def publish_round(
@@ -236,7 +234,6 @@ class Fleet:
         self._bounds = {n: (s.min if s.min is not None else 0.0,
                             s.max if s.max is not None else NUMERIC_MAX)
                         for n, s in catalog.resources.items() if s.kind == "numeric"}
-        self._subjects = [{r: event_subject("report", r, h) for r in owners} for h in self.names]
         self.seqs = [0] * hosts
         self.rounds = [0] * hosts
         self.expected: list[dict[str, Any]] = [{} for _ in range(hosts)]
@@ -334,8 +331,8 @@ class Fleet:
                     ev = Health(reporter=r, host=host, boot=boot, at=observed_at, seq=seq,
                                 state="failed", detail="exit 3: simulated failure",
                                 exit_code=3)
-                    out.append((event_subject("health", r, host), encode(ev),
-                                {"Nats-Msg-Id": msg_id(r, host, boot, seq)}))
+                    msg = event_message(ev)
+                    out.append((msg.subject, msg.payload, msg.headers))
                     self.health_sent += 1
             return out
         for j, r in enumerate(self.reporters):
@@ -343,8 +340,8 @@ class Fleet:
             seq = self.seqs[i]
             rep = Report(reporter=r, host=host, boot=boot, seq=seq, observed_at=observed_at,
                          values=self.values(i, j, r, rnd))
-            out.append((self._subjects[i][r], encode(rep),
-                        {"Nats-Msg-Id": msg_id(r, host, boot, seq)}))
+            msg = event_message(rep)
+            out.append((msg.subject, msg.payload, msg.headers))
         return out
 
     def live(self, i: int) -> bool:

@@ -24,12 +24,12 @@ from typing import Any
 
 import msgspec
 
-from bus.subjects import CATALOG, parse_event_subject, parse_forget_subject
 from projections.fold import install, set_catalog
 from projections.state import Batch, InventorySlot, ProjectionState, Record, ReporterRecord
 from schemas.catalog import Catalog
 from schemas.errors import CrrError, SubjectError
 from schemas.snapshot import InventoryEntry, ReporterStatus
+from schemas.subjects import CATALOG, parse_event_subject, parse_forget_subject
 
 
 class CheckpointError(CrrError, ValueError):

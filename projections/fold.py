@@ -40,14 +40,6 @@ from typing import Any, Final
 
 import msgspec
 
-from bus.subjects import (
-    ADMIN_HOST_PREFIX,
-    CATALOG,
-    DEADLETTER,
-    EventAddress,
-    parse_event_subject,
-    parse_forget_subject,
-)
 from projections.envelope import Envelope
 from projections.plan import compile_plan
 from projections.state import (
@@ -66,6 +58,14 @@ from schemas.catalog_loader import catalog_from_wire
 from schemas.codec import decode_event
 from schemas.errors import CatalogError, PayloadError, SubjectError
 from schemas.events import Forget, Health, Inventory, Report
+from schemas.subjects import (
+    ADMIN_HOST_PREFIX,
+    CATALOG,
+    DEADLETTER,
+    EventAddress,
+    parse_event_subject,
+    parse_forget_subject,
+)
 
 
 class Changes(msgspec.Struct, frozen=True, kw_only=True):

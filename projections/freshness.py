@@ -33,7 +33,7 @@ from typing import Final, Literal, TypeVar
 
 import msgspec
 
-from projections.host_table import ABSENT, FRESH, NULL, STALE, Freshness, expires_seconds
+from projections.host_table import ABSENT, FRESH, NULL, STALE, Freshness
 from schemas.snapshot import (
     ClusterSnapshot,
     HostSnapshot,
@@ -42,6 +42,7 @@ from schemas.snapshot import (
     ValueEntry,
     ValueState,
 )
+from schemas.wire_time import expires_seconds, seconds_of
 
 DEFAULT_SILENT_AFTER: Final = 15.0
 """Seconds without a projector status after which the projector counts as silent."""
@@ -58,7 +59,7 @@ def value_state(recorded: ValueState, expires_at: float, now: float) -> ValueSta
 
 def entry_state(entry: ValueEntry | InventoryEntry, now: float) -> ValueState:
     """`value_state` of a snapshot entry (a value or an inventory) at `now`."""
-    return value_state(entry.state, expires_seconds(entry.expires_at), now)
+    return value_state(entry.state, seconds_of(entry.expires_ts, entry.expires_at), now)
 
 
 def freshness_at(code: int, expires: float, now: float) -> Freshness:
@@ -111,8 +112,9 @@ def _record_at(snap: _Record, now: float) -> _Record:
 def earliest_expiry(snap: HostSnapshot | ClusterSnapshot) -> float:
     """The first `expires_at` of a value or inventory not yet stale (+inf: none):
     before it, `host_at(snap, now)` is `snap` itself (readers cache this per record)."""
-    times = [expires_seconds(e.expires_at) for e in snap.values.values() if e.state != "stale"]
-    times += [expires_seconds(e.expires_at) for e in snap.inventory.values()
+    times = [seconds_of(e.expires_ts, e.expires_at) for e in snap.values.values()
+             if e.state != "stale"]
+    times += [seconds_of(e.expires_ts, e.expires_at) for e in snap.inventory.values()
               if e.state != "stale"]
     return min(times, default=math.inf)
 

@@ -24,13 +24,6 @@ from typing import Any, Literal
 
 import msgspec
 
-from bus.subjects import (
-    SNAPSHOT_CATALOG,
-    SNAPSHOT_CLUSTER,
-    EventAddress,
-    host_snapshot_subject,
-    parse_event_subject,
-)
 from projections.envelope import Envelope
 from projections.fold import Changes, apply, expire
 from projections.state import ProjectionState, cluster_snapshot, host_snapshot
@@ -39,7 +32,14 @@ from schemas.codec import encode
 from schemas.errors import SubjectError
 from schemas.events import FAILING_HEALTH_STATES
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ValueEntry
-from schemas.timestamps import format_time
+from schemas.subjects import (
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_CLUSTER,
+    EventAddress,
+    host_snapshot_subject,
+    parse_event_subject,
+)
+from schemas.wire_time import format_time
 
 
 class Cut(msgspec.Struct, frozen=True, kw_only=True):

@@ -52,7 +52,6 @@ import math
 import operator
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime
 from typing import Any, Final, Literal
 
 import msgspec
@@ -62,11 +61,10 @@ import numpy.typing as npt
 from projections.validation import normalize
 from schemas.catalog import EMPTY_CATALOG, Catalog, Kind, ResourceSpec
 from schemas.codec import DECODERS
-from schemas.errors import PayloadError
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ValueEntry
 from schemas.snapshot_lean import ABSENT as ABSENT_ENTRY
 from schemas.snapshot_lean import LeanEntry, LeanRecord, lean_decoder
-from schemas.timestamps import parse_time
+from schemas.wire_time import expires_many, expires_seconds, seconds_of
 
 ABSENT: Final = 0
 FRESH: Final = 1
@@ -88,34 +86,6 @@ IntArray = npt.NDArray[np.int64]
 Freshness = Literal["fresh", "stale", "unknown", "never_reported"]
 
 
-_fromisoformat: Final = datetime.fromisoformat
-
-
-def expires_seconds(text: str) -> float:
-    """Epoch seconds of an RFC 3339 timestamp; `-inf` (already expired) if it does not parse.
-
-    The canonical form the projector writes (`2026-12-02T14:00:00.123Z`) is
-    parsed by a fast path (upserts parse one timestamp per value:
-    `datetime.fromisoformat` is C code, ~10x faster than slicing digits);
-    anything else goes through `schemas.timestamps.parse_time`.  Both give
-    the same float: whole seconds + milliseconds / 1000.
-    """
-    if len(text) == 24 and text[23] == "Z" and text[10] == "T" and text[19] == ".":
-        try:
-            dt = _fromisoformat(text)
-        except ValueError:
-            pass
-        else:
-            return int(dt.timestamp()) + dt.microsecond * 1000 / 1e9
-    try:
-        return parse_time(text)
-    except PayloadError:
-        return -math.inf
-
-
-_DIGITS: Final = (0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22)
-_SEPARATORS: Final = ((4, "-"), (7, "-"), (10, "T"), (13, ":"), (16, ":"), (19, "."), (23, "Z"))
-_MONTH_DAYS: Final = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.int64)
 _STATE_CODES: Final = {"fresh": FRESH, "stale": STALE}
 _LEAN_CODES: Final = {"fresh": FRESH, "stale": STALE, "unknown": NULL, "absent": ABSENT}
 _STATE: Final = operator.attrgetter("state")
@@ -143,54 +113,6 @@ Doc = HostSnapshot | bytes
 """What a row keeps: the snapshot upserted, or the record's bytes (lean rows)."""
 _host_decoder: Final[msgspec.json.Decoder[HostSnapshot]] = DECODERS[HostSnapshot]
 _NOTHING: Final[_Gathered] = ([], [])
-
-
-def expires_many(texts: list[str]) -> FloatArray:
-    """`expires_seconds` of every text, vectorised: the same floats, bit for bit.
-
-    Canonical timestamps (`YYYY-MM-DDTHH:MM:SS.mmmZ`, years 1970–9999, a
-    real calendar date) are parsed with numpy on their bytes; the rest
-    (other forms, garbage) go through `expires_seconds` one by one.
-    """
-    n = len(texts)
-    out: FloatArray = np.empty(n, dtype=np.float64)
-    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=n)
-    sel = np.flatnonzero(lengths == 24)
-    ok: BoolArray = np.zeros(n, dtype=np.bool_)
-    if len(sel):
-        chosen = texts if len(sel) == n else [texts[i] for i in sel.tolist()]
-        # Non-ASCII characters become "?" (one byte each), which fails the checks below.
-        raw = np.frombuffer("".join(chosen).encode("ascii", "replace"), dtype=np.uint8)
-        b = raw.reshape(len(sel), 24)
-        good = np.ones(len(sel), dtype=np.bool_)
-        for pos, ch in _SEPARATORS:
-            good &= b[:, pos] == ord(ch)
-        d = b[:, list(_DIGITS)].astype(np.int64) - ord("0")
-        good &= ((d >= 0) & (d <= 9)).all(axis=1)
-        year = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
-        month = d[:, 4] * 10 + d[:, 5]
-        day = d[:, 6] * 10 + d[:, 7]
-        hour = d[:, 8] * 10 + d[:, 9]
-        minute = d[:, 10] * 10 + d[:, 11]
-        second = d[:, 12] * 10 + d[:, 13]
-        millis = d[:, 14] * 100 + d[:, 15] * 10 + d[:, 16]
-        leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
-        dim = _MONTH_DAYS[np.clip(month, 0, 12)] + (leap & (month == 2))
-        good &= ((year >= 1970) & (month >= 1) & (month <= 12) & (day >= 1) & (day <= dim)
-                 & (hour < 24) & (minute < 60) & (second < 60))
-        # Days from civil (H. Hinnant's algorithm; March is month 0, years ≥ 1).
-        y = year - (month <= 2)
-        era = y // 400
-        yoe = y - era * 400
-        doy = (153 * ((month + 9) % 12) + 2) // 5 + day - 1
-        days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
-        secs = days * 86400 + hour * 3600 + minute * 60 + second
-        # The scalar fast path's arithmetic: int seconds + (ms * 10**6) / 1e9.
-        out[sel] = secs.astype(np.float64) + (millis * 1_000_000).astype(np.float64) / 1e9
-        ok[sel] = good
-    for i in np.flatnonzero(~ok).tolist():
-        out[i] = expires_seconds(texts[i])
-    return out
 
 
 def _expiries(twins: tuple[float | None, ...], texts: tuple[str, ...]) -> FloatArray:
@@ -247,8 +169,7 @@ def _string_set(value: Any) -> frozenset[str] | None:
 
 def entry_expiry(entry: Entry) -> float:
     """Epoch seconds an entry expires at: its `expires_ts` twin, else its parsed `expires_at`."""
-    ts: float | None = getattr(entry, "expires_ts", None)
-    return ts if ts is not None else expires_seconds(entry.expires_at)
+    return seconds_of(entry.expires_ts, entry.expires_at)
 
 
 def entry_code(kind: Kind, entry: Entry | None) -> tuple[int, float, Any]:

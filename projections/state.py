@@ -46,7 +46,7 @@ from schemas.snapshot import (
     ReporterStatus,
     ValueEntry,
 )
-from schemas.timestamps import format_time
+from schemas.wire_time import format_time
 
 LIFECYCLE_STATES = frozenset({
     "failed", "timeout", "bad_output", "crashed", "quarantined", "restarting",

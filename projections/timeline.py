@@ -18,8 +18,8 @@ import msgspec
 
 from projections.envelope import Envelope
 from projections.history import Capture, Cut, Happening, Replay
-from projections.host_table import expires_seconds
 from schemas.snapshot import ReporterStatus, ValueEntry
+from schemas.wire_time import seconds_of
 
 
 class Span(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,7 +81,7 @@ def _value_spans(spans: list[Span], entry: ValueEntry, start: float, end: float)
     if entry.state == "stale":
         _append(spans, start, end, "stale", entry.last_value)
         return
-    expires = expires_seconds(entry.expires_at)
+    expires = seconds_of(entry.expires_ts, entry.expires_at)
     value = entry.value if entry.state == "fresh" else None
     _append(spans, start, min(end, expires), entry.state, value)
     if expires < end:
@@ -95,7 +95,7 @@ def _reporter_points(points: list[tuple[float, str, Any]], st: ReporterStatus, a
     reporter's deadline, as it stamps `stale`), else at `at`."""
     if points and points[-1][1] == st.state and points[-1][2] == st.detail:
         return
-    since = expires_seconds(st.since) if st.since else -math.inf
+    since = seconds_of(st.since_ts, st.since) if st.since else -math.inf
     start = since if before < since <= at else at
     if points:
         start = max(start, points[-1][0])

@@ -18,6 +18,7 @@ import yaml
 from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
 from schemas.duration import parse_duration
 from schemas.errors import CatalogError, DurationError
+from schemas.subjects import CATALOG
 
 _DURATION_FIELDS = frozenset({"interval", "grace", "timeout", "backoff_floor", "backoff_cap"})
 RESOURCE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -262,7 +263,7 @@ def load_catalog(path: str | Path) -> Catalog:
     return load_catalog_text(text, source=str(p))
 
 
-def catalog_from_wire(doc: Any, *, source: str = "crr.v1.catalog") -> Catalog:
+def catalog_from_wire(doc: Any, *, source: str = CATALOG) -> Catalog:
     """Validate a decoded `crr.v1.catalog` payload (an encoded Catalog) into a Catalog.
 
     An encoded Catalog spells out every field, so a numeric resource carries

@@ -3,12 +3,17 @@
 `decode_event` is lenient in one way only: JSON that a careless reporter
 wrote with `NaN`/`Infinity` (Python's `json.dumps` default) is still
 decoded, so the fold can reject just that value and keep the rest.
+
+`event_message` is an event as it goes on the bus — subject, canonical bytes and
+`Nats-Msg-Id`, all derived from the event itself — for every publisher (the agent's
+and external reporters' `ReporterPublisher`, `crr report`, the simulator).  It is
+pure, so it lives here rather than in `bus/`, which only sends what it is given.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
@@ -16,6 +21,7 @@ from schemas.catalog import Catalog
 from schemas.errors import PayloadError
 from schemas.events import DeadLetter, Forget, Health, Inventory, Report
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus
+from schemas.subjects import MSG_ID_HEADER, EventType, event_subject, msg_id
 
 T = TypeVar("T")
 
@@ -59,3 +65,31 @@ def decode_event(data: bytes, type_: type[T]) -> T:
             return msgspec.convert(doc, type_)
         except (ValueError, msgspec.ValidationError):
             raise first from None
+
+
+class EventMessage(NamedTuple):
+    """One event as it is published: where, what bytes, and its de-duplication id."""
+
+    subject: str
+    payload: bytes
+    msg_id: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The publish headers: `{"Nats-Msg-Id": msg_id}`."""
+        return {MSG_ID_HEADER: self.msg_id}
+
+
+def event_message(event: Report | Inventory | Health) -> EventMessage:
+    """Subject (`crr.v1.<kind>.host.<host>.<reporter>` or `….cluster.<reporter>`), canonical
+    JSON and `Nats-Msg-Id` (`<reporter>/<host or _cluster>/<boot>/<seq>`) of `event`."""
+    kind: EventType
+    match event:
+        case Report():
+            kind = "report"
+        case Inventory():
+            kind = "inventory"
+        case Health():
+            kind = "health"
+    return EventMessage(event_subject(kind, event.reporter, event.host), _encoder.encode(event),
+                        msg_id(event.reporter, event.host, event.boot, event.seq))

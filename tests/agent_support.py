@@ -24,11 +24,11 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from bus.streams import provision
-from bus.subjects import SNAPSHOT_CATALOG, parse_event_subject
 from producers.agent import Agent
 from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
 from schemas.codec import decode, encode
 from schemas.events import Health, Inventory, Report
+from schemas.subjects import SNAPSHOT_CATALOG, parse_event_subject
 
 HOST = "node1"
 GOOD_INTERVAL = 0.25

@@ -23,10 +23,10 @@ from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
 from bus.ordered import OrderedReader, StoredMessage
-from bus.subjects import EVENTS_STREAM, SNAPSHOT_PROJECTOR, SNAPSHOT_STREAM
 from ops.services.snapshot_reader import SnapshotContents, read_snapshot
 from schemas.codec import decode
 from schemas.snapshot import ProjectorStatus
+from schemas.subjects import EVENTS_STREAM, SNAPSHOT_PROJECTOR, SNAPSHOT_STREAM
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bus.subjects import CATALOG, event_subject
 from projections.envelope import Envelope
 from projections.state import ProjectionState, host_snapshot
 from schemas.catalog import Catalog
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import encode
 from schemas.snapshot import HostSnapshot
+from schemas.subjects import CATALOG, event_subject
 
 T0 = 1_800_000_000.0
 """An arbitrary fixed epoch for tests (2027-01-15)."""

@@ -12,13 +12,13 @@ from typing import Any
 from nats.aio.client import Client
 
 from bus.streams import StreamSettings
-from bus.subjects import CATALOG, event_subject, host_snapshot_subject
 from ops.services.projector import Projector
 from ops.services.replay import read_consistent_cut
 from schemas.catalog import Catalog
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import decode, encode
 from schemas.snapshot import HostSnapshot, ProjectorStatus
+from schemas.subjects import CATALOG, event_subject, host_snapshot_subject
 
 FAST_CATALOG_YAML = """
 version: 1

@@ -19,13 +19,13 @@ from pathlib import Path
 from bus.connection import connect
 from bus.ordered import OrderedReader, StoredMessage
 from bus.streams import provision
-from bus.subjects import CATALOG, EVENTS_STREAM, SNAPSHOT_STREAM
 from ops.nats_auth import SecureDemo, secure_demo_setup
 from ops.services.projector import Projector
 from ops.services.snapshot_reader import SnapshotContents, read_snapshot
 from schemas.catalog import Catalog
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import encode
+from schemas.subjects import CATALOG, EVENTS_STREAM, SNAPSHOT_STREAM
 from tests import fault_support
 
 REPORTERS = Path(__file__).resolve().parents[1] / "ops" / "examples" / "reporters"

@@ -14,7 +14,7 @@ from typing import Any, Final
 from projections.host_table import HostTable
 from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
 from schemas.snapshot import AsOf, ClusterSnapshot, HostSnapshot, ValueEntry
-from schemas.timestamps import format_time
+from schemas.wire_time import format_time
 
 NOW: Final = 1_800_000_000.0
 

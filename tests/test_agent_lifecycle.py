@@ -14,11 +14,11 @@ import msgspec
 import nats
 
 from bus.streams import provision
-from bus.subjects import SNAPSHOT_CATALOG
 from producers.agent import Agent
 from schemas.catalog import Catalog, ResourceSpec
 from schemas.catalog_loader import load_catalog
 from schemas.codec import encode
+from schemas.subjects import SNAPSHOT_CATALOG
 from tests.agent_support import (
     HOST,
     SAFE_ENV,

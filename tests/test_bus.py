@@ -15,8 +15,8 @@ from bus.connection import open_connection
 from bus.outbox import Outbox
 from bus.server import NatsServer
 from bus.streams import StreamSettings, ensure_stream, events_config, provision
-from bus.subjects import EVENTS_STREAM, event_subject, parse_event_subject, token, untoken
 from schemas.errors import NotConnectedError, StreamConfigError
+from schemas.subjects import EVENTS_STREAM, event_subject, parse_event_subject, token, untoken
 from tests.fault_support import eventually
 
 

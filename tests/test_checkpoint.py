@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bus.subjects import forget_subject
 from projections.checkpoint import (
     CheckpointError,
     CheckpointRecord,
@@ -30,6 +29,7 @@ from projections.state import ProjectionState, cluster_snapshot, host_snapshot
 from schemas.catalog_loader import catalog_from_wire
 from schemas.codec import encode
 from schemas.events import Forget
+from schemas.subjects import forget_subject
 from tests.fold_support import T0, catalog_env, health_env, report_env
 from tests.test_fold_properties import events, snapshot_bytes
 

@@ -16,10 +16,10 @@ from nats.aio.client import Client
 from bus.connection import connect
 from bus.outbox import Outbox
 from bus.streams import StreamSettings, provision
-from bus.subjects import EVENTS_STREAM, SNAPSHOT_STREAM
 from ops.services.projector import Projector
 from producers.simulator import SimulatedHost, publish_round, simulated_hosts
-from schemas.timestamps import format_time
+from schemas.subjects import EVENTS_STREAM, SNAPSHOT_STREAM
+from schemas.wire_time import format_time
 from tests.cluster_support import NatsCluster
 from tests.fault_support import caught_up, eventually, stored_events
 from tests.projector_support import FAST_CATALOG, publish_catalog

@@ -29,7 +29,13 @@ from nats.aio.client import Client
 from bus.connection import connect
 from bus.outbox import Outbox
 from bus.streams import StreamSettings, provision
-from bus.subjects import (
+from ops.services.view import SchedulerView
+from producers.simulator import SimulatedHost, publish_round, simulated_hosts
+from schemas.codec import decode, encode
+from schemas.errors import CrrTimeoutError
+from schemas.events import Report
+from schemas.snapshot import ProjectorStatus
+from schemas.subjects import (
     CATALOG,
     EVENTS_STREAM,
     SNAPSHOT_PROJECTOR,
@@ -38,13 +44,7 @@ from bus.subjects import (
     msg_id,
     untoken,
 )
-from ops.services.view import SchedulerView
-from producers.simulator import SimulatedHost, publish_round, simulated_hosts
-from schemas.codec import decode, encode
-from schemas.errors import CrrTimeoutError
-from schemas.events import Report
-from schemas.snapshot import ProjectorStatus
-from schemas.timestamps import format_time
+from schemas.wire_time import format_time
 from tests.cluster_support import NatsCluster, NodeIndex
 from tests.fault_support import CrrProcess, eventually, stored_events
 from tests.projector_support import FAST_CATALOG, publish_catalog

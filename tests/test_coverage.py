@@ -11,9 +11,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bus.subjects import SNAPSHOT_PROJECTOR, is_projector_status
 from projections.coverage import Coverage, covered
 from schemas.snapshot import ProjectorStatus
+from schemas.subjects import SNAPSHOT_PROJECTOR, is_projector_status
 
 ONE = SNAPSHOT_PROJECTOR
 

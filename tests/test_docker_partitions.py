@@ -28,19 +28,19 @@ from bus.connection import connect
 from bus.ordered import OrderedReader, StoredMessage
 from bus.outbox import Outbox
 from bus.streams import StreamSettings, provision
-from bus.subjects import (
+from ops.services.view import SchedulerView
+from producers.simulator import publish_round, simulated_hosts
+from schemas.codec import decode
+from schemas.snapshot import HostSnapshot
+from schemas.subjects import (
     EVENTS_STREAM,
+    LEASE,
     SNAPSHOT_STREAM,
     host_snapshot_subject,
     is_projector_status,
     parse_event_subject,
 )
-from ops.services.lease import LEASE_SUBJECT
-from ops.services.view import SchedulerView
-from producers.simulator import publish_round, simulated_hosts
-from schemas.codec import decode
-from schemas.snapshot import HostSnapshot
-from schemas.timestamps import format_time, parse_time
+from schemas.wire_time import format_time, parse_time
 from tests.agent_support import write_script
 from tests.docker_cluster import (
     DockerNatsCluster,
@@ -132,7 +132,7 @@ class Writes:
             return
         if is_projector_status(m.subject):
             self.log.append((m.seq, "status", json.loads(m.data).get("projector_id", "")))
-        elif m.subject == LEASE_SUBJECT:
+        elif m.subject == LEASE:
             self.log.append((m.seq, "lease", json.loads(m.data).get("holder") or ""))
         elif m.subject == host_snapshot_subject("blinkhost"):
             self.blink.append(decode(m.data, HostSnapshot).values["blink"].state)

@@ -17,7 +17,7 @@ import pytest
 
 from bus.connection import connect
 from bus.streams import StreamSettings, provision
-from bus.subjects import EVENTS_STREAM
+from schemas.subjects import EVENTS_STREAM
 from tests import docker_cluster
 from tests.cluster_support import free_ports
 from tests.docker_cluster import (

@@ -22,12 +22,12 @@ from bus.connection import connect
 from bus.outbox import Outbox
 from bus.server import NatsServer
 from bus.streams import provision
-from bus.subjects import SNAPSHOT_PROJECTOR, host_snapshot_subject, parse_event_subject
 from producers.simulator import publish_round, simulated_hosts
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import decode
 from schemas.snapshot import HostSnapshot
-from schemas.timestamps import format_time, parse_time
+from schemas.subjects import SNAPSHOT_PROJECTOR, host_snapshot_subject, parse_event_subject
+from schemas.wire_time import format_time, parse_time
 from tests.agent_support import write_script
 from tests.fault_support import CrrProcess, caught_up, eventually, stored_events
 from tests.projector_support import (

@@ -6,12 +6,12 @@ import json
 
 import msgspec
 
-from bus.subjects import DEADLETTER, event_subject
 from projections.fold import Changes, apply, expire, fold, next_deadline
 from projections.state import ProjectionState, cluster_snapshot, host_names
 from schemas.catalog import Catalog
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import encode
+from schemas.subjects import DEADLETTER, event_subject
 from tests.fold_support import (
     CATALOG_OBJ,
     CATALOG_YAML,

@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 
 import projections.fold
 import projections.state
-from bus.subjects import event_subject
 from projections.envelope import Envelope
 from projections.fold import apply, expire, fold
 from projections.state import ProjectionState, cluster_snapshot
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import encode
+from schemas.subjects import event_subject
 from tests.fold_support import (
     CATALOG_OBJ,
     CATALOG_YAML,

@@ -14,13 +14,6 @@ from nats.aio.client import Client
 
 from bus.connection import connect
 from bus.streams import StreamSettings, events_config, provision
-from bus.subjects import (
-    EVENTS_STREAM,
-    SNAPSHOT_STREAM,
-    event_subject,
-    forget_subject,
-    host_snapshot_subject,
-)
 from ops.services.snapshot_reader import read_snapshot
 from ops.services.view import loaded_view
 from projections.envelope import Envelope
@@ -28,6 +21,13 @@ from projections.fold import apply, expire, fold
 from projections.state import ProjectionState
 from schemas.codec import encode
 from schemas.events import Forget
+from schemas.subjects import (
+    EVENTS_STREAM,
+    SNAPSHOT_STREAM,
+    event_subject,
+    forget_subject,
+    host_snapshot_subject,
+)
 from tests.fault_support import eventually
 from tests.projector_support import (
     FAST_CATALOG,

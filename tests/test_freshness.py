@@ -17,7 +17,7 @@ from projections.freshness import (
     projector_liveness,
     value_state,
 )
-from projections.host_table import ABSENT, FRESH, NULL, STALE, entry_code, expires_seconds
+from projections.host_table import ABSENT, FRESH, NULL, STALE, entry_code
 from schemas.events import Pool
 from schemas.snapshot import (
     AsOf,
@@ -27,7 +27,7 @@ from schemas.snapshot import (
     ProjectorStatus,
     ValueEntry,
 )
-from schemas.timestamps import format_time
+from schemas.wire_time import expires_seconds, format_time
 from tests.select_support import NOW as SELECT_NOW
 from tests.select_support import NULL as NULL_SPEC
 from tests.select_support import STALE as STALE_SPEC

@@ -13,10 +13,10 @@ import pytest
 from nats.aio.client import Client
 
 from bus.ordered import OrderedReader, StoredMessage
-from bus.subjects import SNAPSHOT_STREAM
 from ops.services.lease import WRONG_LAST_SEQUENCE, Lease
 from ops.services.projector import Projector
 from schemas.errors import LeaseLostError
+from schemas.subjects import SNAPSHOT_STREAM
 from tests.fault_support import eventually
 from tests.projector_support import publish_catalog, publish_report, stored_host
 from tests.test_replay import cli

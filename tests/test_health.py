@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 import pytest
 from nats.aio.client import Client
 
-from bus.subjects import event_subject
 from ops.commands import health, latency
 from ops.services import latency as latency_service
 from ops.services.reporter_health import FAILING_STATES
 from schemas.catalog_loader import load_catalog_text
+from schemas.subjects import event_subject
 from tests.fault_support import eventually
 from tests.projector_support import publish_catalog, publish_report, running_projector
 

@@ -17,13 +17,11 @@ from projections.host_table import (
     NULL,
     STALE,
     HostTable,
-    expires_many,
-    expires_seconds,
 )
 from projections.validation import normalize
 from schemas.catalog import Catalog
 from schemas.snapshot import AsOf, HostSnapshot, ValueEntry
-from schemas.timestamps import format_time, parse_time
+from schemas.wire_time import format_time
 from tests.select_support import (
     CATALOG,
     NOW,
@@ -34,6 +32,7 @@ from tests.select_support import (
 )
 from tests.select_support import NULL as NULL_VALUE
 from tests.select_support import STALE as STALE_VALUE
+from tests.test_wire_time import WIRE_TIMES as _TIMES
 
 
 def test_empty_table() -> None:
@@ -243,22 +242,6 @@ def test_normalize(kind: str, value: object, expected: object) -> None:
     assert normalize(kind, value) == expected  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(
-    "t",
-    [0.0, 1.0, 951782400.5, 1_800_000_000.123, 4102444800.999, 1709164800.0, 1582934400.25],
-)
-def test_expires_fast_path_matches_parse_time(t: float) -> None:
-    """The fast timestamp parser agrees with schemas.timestamps.parse_time."""
-    text = format_time(t)
-    assert expires_seconds(text) == parse_time(text)
-
-
-def test_expires_other_forms() -> None:
-    """Non-canonical timestamps go through parse_time; garbage counts as already expired."""
-    assert expires_seconds("2026-12-02T14:00:00+01:00") == parse_time("2026-12-02T13:00:00Z")
-    assert expires_seconds("garbage") == -math.inf
-
-
 def test_upsert_cost_is_per_value() -> None:
     """Re-upserting an unchanged set does not touch member columns (diff-only maintenance)."""
     table = make_table({"n1": {"tags": ["a"]}})
@@ -283,11 +266,6 @@ def test_cluster_snapshot_replaced() -> None:
 
 _HOSTS = st.sampled_from([f"h{i}" for i in range(12)])
 _STRINGS = st.sampled_from(["a", "b", "c", "rhel9", ""])
-_TIMES = st.one_of(
-    st.floats(min_value=0.0, max_value=4_102_444_800.0, allow_nan=False).map(format_time),
-    st.sampled_from(["garbage", "2026-12-02T14:00:00+01:00", "2026-02-30T00:00:00.000Z",
-                     "1969-12-31T23:59:59.500Z", "2026-12-02T14:00:00.123z", ""]),
-)
 _VALUES = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(10**400), max_value=10**400),
     st.floats(allow_nan=True, allow_infinity=True), _STRINGS,
@@ -382,11 +360,3 @@ def test_load_many_hosts_and_set_catalog() -> None:
     _assert_same_table(bulk, one_by_one, strict_pool=True)
     bulk.load([host_snapshot("n0001", {"free": -1.0})])  # not empty: upserts
     assert bulk.column("free").values[bulk.row_of("n0001")] == -1.0  # type: ignore[union-attr]
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(_TIMES, max_size=40))
-def test_expires_many_matches_expires_seconds(texts: list[str]) -> None:
-    """The vectorised timestamp parser gives expires_seconds' floats, bit for bit."""
-    got = expires_many(texts)
-    assert [float(x) for x in got] == [expires_seconds(t) for t in texts]

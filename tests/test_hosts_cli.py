@@ -10,11 +10,11 @@ import pytest
 from bus.connection import connect
 from bus.server import NatsServer
 from bus.streams import provision
-from bus.subjects import event_subject
 from ops.cli import main
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import encode
 from schemas.events import Health
+from schemas.subjects import event_subject
 from tests.projector_support import publish_catalog, publish_report, running_projector
 
 CATALOG = load_catalog_text("""

@@ -19,11 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from projections import host_table
-from projections.host_table import HostTable, expires_seconds
+from projections.host_table import HostTable
 from projections.select import compile_select, explain
 from schemas.codec import DECODERS, encode
 from schemas.snapshot import HostSnapshot
-from schemas.timestamps import format_time
+from schemas.wire_time import expires_seconds, format_time
 from tests.select_support import CATALOG, NOW, host_snapshot
 from tests.test_host_table import _SNAPSHOTS, _assert_same_table, _without_twins
 

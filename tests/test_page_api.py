@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from nats.aio.client import Client
 
 from bus.ordered import StoredMessage
-from bus.subjects import event_subject
 from ops.rest.host_query import HostFacts, query
 from ops.services.latency import _Collector
 from projections.host_table import HostTable
 from schemas.snapshot import AsOf, HostSnapshot, ValueEntry, ValueState
-from schemas.timestamps import format_time
+from schemas.subjects import event_subject
+from schemas.wire_time import format_time
 from tests.fault_support import eventually
 from tests.projector_support import FAST_CATALOG, publish_catalog, publish_report
 from tests.rest_support import ApiRig, running_api

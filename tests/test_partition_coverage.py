@@ -8,12 +8,12 @@ from nats.aio.client import Client
 
 from bus.connection import connect
 from bus.streams import StreamSettings, provision
-from bus.subjects import EVENTS_STREAM, SNAPSHOT_PROJECTOR
 from ops.services.projector import Projector
 from ops.services.view import loaded_view
 from projections.coverage import Coverage
 from schemas.errors import CrrError
 from schemas.snapshot import ProjectorStatus
+from schemas.subjects import EVENTS_STREAM, SNAPSHOT_PROJECTOR
 from tests.fault_support import eventually, projector_status
 from tests.projector_support import publish_catalog, publish_report, running_partitions
 

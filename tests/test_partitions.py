@@ -8,18 +8,18 @@ from nats.aio.client import Client
 
 from bus.connection import connect
 from bus.streams import StreamSettings, provision
-from bus.subjects import (
-    EVENTS_STREAM,
-    SNAPSHOT_PROJECTOR,
-    host_snapshot_subject,
-    is_projector_status,
-)
 from ops.services.replay import read_consistent_cut
 from ops.services.snapshot_reader import read_snapshot
 from ops.services.view import SchedulerView, loaded_view
 from schemas.codec import encode
 from schemas.errors import CrrTimeoutError
 from schemas.snapshot import ProjectorStatus
+from schemas.subjects import (
+    EVENTS_STREAM,
+    SNAPSHOT_PROJECTOR,
+    host_snapshot_subject,
+    is_projector_status,
+)
 from tests.fault_support import eventually, projector_status, stored_events
 from tests.projector_support import (
     publish_catalog,

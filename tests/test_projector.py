@@ -8,11 +8,11 @@ import time
 from nats.aio.client import Client
 
 from bus.ordered import OrderedReader, StoredMessage
-from bus.subjects import DEADLETTER, SNAPSHOT_STREAM, host_snapshot_subject
 from schemas.codec import decode
 from schemas.events import DeadLetter
 from schemas.snapshot import HostSnapshot
-from schemas.timestamps import parse_time
+from schemas.subjects import DEADLETTER, SNAPSHOT_STREAM, host_snapshot_subject
+from schemas.wire_time import parse_time
 from tests.projector_support import (
     publish_catalog,
     publish_report,

@@ -15,11 +15,11 @@ from nats.js.api import DeliverPolicy
 import ops.services.projector
 from bus.ordered import OrderedReader, StoredMessage
 from bus.pipeline_publish import PipelinePublisher
-from bus.subjects import EVENTS_STREAM, event_subject, host_snapshot_subject
 from ops.cli import build_parser
 from ops.services.snapshot_writer import SnapshotWriter
 from schemas.codec import decode
 from schemas.snapshot import HostSnapshot
+from schemas.subjects import EVENTS_STREAM, event_subject, host_snapshot_subject
 from tests.projector_support import publish_catalog, read_consistent_snapshot, running_projector
 
 HOSTS = 150

@@ -7,12 +7,12 @@ import asyncio
 import pytest
 from nats.aio.client import Client
 
-from bus.subjects import DEADLETTER, EVENTS_STREAM, SNAPSHOT_STREAM, host_snapshot_subject
 from ops.services.checkpoint_read import load_checkpoint
 from ops.services.position import Position
 from ops.services.snapshot_writer import SnapshotWriter, WrittenRecords
 from schemas.errors import CrrTimeoutError
 from schemas.events import DeadLetter
+from schemas.subjects import DEADLETTER, EVENTS_STREAM, SNAPSHOT_STREAM, host_snapshot_subject
 
 
 async def test_position_tracks_folded_dropped_and_written(nc: Client) -> None:

@@ -21,9 +21,9 @@ from nats.aio.client import Client
 from bus.connection import connect
 from bus.server import NatsServer
 from bus.streams import provision
-from bus.subjects import EVENTS_STREAM, SNAPSHOT_STREAM
 from ops.services.projector import Projector
 from ops.services.snapshot_reader import read_snapshot
+from schemas.subjects import EVENTS_STREAM, SNAPSHOT_STREAM
 from tests.fault_support import eventually
 from tests.projector_support import publish_catalog, publish_report, running_projector, stored_host
 

@@ -14,13 +14,13 @@ import asyncio
 import pytest
 from nats.aio.client import Client
 
-from bus.streams import StreamSettings, partition_of, provision
-from bus.subjects import EVENTS_STREAM, host_snapshot_subject, token
+from bus.streams import StreamSettings, provision
 from ops.services.projector import Projector
 from ops.services.replay import read_snapshot_bytes, run_replay
 from ops.services.snapshot_reader import SnapshotContents, read_snapshot
 from projections.history import Cut, Replay
 from schemas.errors import StreamConfigError
+from schemas.subjects import EVENTS_STREAM, host_snapshot_subject, partition_of, token
 from tests.fault_support import eventually, stored_events
 from tests.projector_support import (
     publish_catalog,

@@ -16,7 +16,6 @@ import pytest
 import tenacity
 from nats.aio.client import Client
 
-from bus.subjects import CATALOG, event_subject, host_snapshot_subject
 from ops.cli import build_parser
 from ops.services.projector import Projector
 from projections.host_table import HostTable
@@ -26,7 +25,8 @@ from schemas.catalog_loader import load_catalog_text
 from schemas.codec import decode, encode
 from schemas.errors import CrrError
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus
-from schemas.timestamps import format_time, parse_time
+from schemas.subjects import CATALOG, event_subject, host_snapshot_subject
+from schemas.wire_time import format_time, parse_time
 from tests.projector_support import read_consistent_snapshot
 
 CATALOG_YAML = """

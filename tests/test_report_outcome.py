@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from bus.subjects import EVENTS_STREAM
 from ops.services.deadletters import count_deadletters
 from ops.services.reporter_health import ReporterHealth, with_deadletters
 from producers.external import ExternalReporter
 from schemas.errors import PayloadError
 from schemas.events import DeadLetter, check_finite
+from schemas.subjects import EVENTS_STREAM
 from tests.cli_support import crr
 from tests.projector_support import publish_catalog, running_projector
 from tests.security_support import secure_rig

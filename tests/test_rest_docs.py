@@ -7,7 +7,7 @@ import re
 import httpx
 from nats.aio.client import Client
 
-from schemas.timestamps import parse_time
+from schemas.wire_time import parse_time
 from tests.projector_support import publish_catalog, publish_report
 from tests.rest_support import running_api
 

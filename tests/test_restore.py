@@ -19,18 +19,19 @@ import pytest
 from nats.aio.client import Client
 
 from bus.streams import StreamSettings, provision
-from bus.subjects import (
-    EVENTS_STREAM,
-    SNAPSHOT_PROJECTOR,
-    SNAPSHOT_STREAM,
-    host_snapshot_subject,
-)
 from ops.services.projector import Projector
-from ops.services.replay import read_snapshot_bytes, run_replay, status_subject
+from ops.services.replay import read_snapshot_bytes, run_replay
 from projections.history import Cut, Replay, json_differences
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import decode, encode
 from schemas.snapshot import HostSnapshot, ProjectorStatus
+from schemas.subjects import (
+    EVENTS_STREAM,
+    SNAPSHOT_PROJECTOR,
+    SNAPSHOT_STREAM,
+    host_snapshot_subject,
+    status_subject,
+)
 from tests.fault_support import CrrProcess, caught_up, eventually
 from tests.projector_support import (
     FAST_CATALOG_YAML,

@@ -26,7 +26,6 @@ from nats.js.api import StreamConfig
 from bus.connection import connect, open_connection
 from bus.outbox import Outbox
 from bus.streams import StreamSettings, provision
-from bus.subjects import CATALOG, event_subject, msg_id
 from ops.nats_auth import secure_demo_setup
 from ops.services.view import loaded_view
 from producers.agent import Agent
@@ -35,6 +34,7 @@ from schemas.catalog_loader import load_catalog_text
 from schemas.codec import encode
 from schemas.errors import AuthError, NotConnectedError
 from schemas.events import Report
+from schemas.subjects import CATALOG, event_subject, msg_id
 from tests.projector_support import running_partitions
 from tests.security_support import CATALOG_YAML, HOSTS, REPORTERS, Rig, eventually, secure_rig
 

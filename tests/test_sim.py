@@ -15,13 +15,13 @@ from nats.aio.client import Client
 
 from bus.pipeline_publish import PipelinePublisher
 from bus.server import NatsServer
-from bus.subjects import CATALOG, event_subject
 from ops.services.view import SchedulerView
 from producers.simulator import FAILING, NORMAL, SILENT, Faults, Fleet, run_fleet, sim_catalog
 from schemas.codec import encode
 from schemas.errors import CrrError
 from schemas.events import Report
 from schemas.snapshot import HostSnapshot
+from schemas.subjects import CATALOG, event_subject
 from tests.projector_support import running_projector
 
 INTERVAL = 0.5

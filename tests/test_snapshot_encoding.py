@@ -8,7 +8,6 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bus.subjects import CATALOG
 from producers.simulator import Faults, Fleet, sim_catalog
 from projections.envelope import Envelope
 from projections.fold import apply, expire
@@ -20,6 +19,7 @@ from projections.state import (
     host_snapshot,
 )
 from schemas.codec import encode
+from schemas.subjects import CATALOG
 from tests.fold_support import T0, catalog_env, report_env
 from tests.test_fold_properties import events
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 
-from bus.subjects import event_subject
-from schemas.timestamps import format_time
+from schemas.subjects import event_subject
+from schemas.wire_time import format_time
 from tests.projector_support import publish_catalog, publish_report
 from tests.rest_support import ApiRig, running_api
 from tests.test_status_page import CHROMIUM, DevTools, chromium, until

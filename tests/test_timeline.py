@@ -8,11 +8,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bus.subjects import CATALOG, event_subject
 from projections.envelope import Envelope
 from projections.history import Cut, Replay
 from projections.timeline import HostTimeline, replay_timeline
 from schemas.codec import encode
+from schemas.subjects import CATALOG, event_subject
 from tests.projector_support import FAST_CATALOG
 
 BASE = 1_800_000_000.0

@@ -31,11 +31,11 @@ from opentelemetry.util.types import Attributes
 
 from bus import tracing
 from bus.outbox import Outbox
-from bus.subjects import CATALOG, EVENTS_STREAM, event_subject
 from ops.services.projector import Projector
 from ops.services.view import SchedulerView
 from producers.agent import Agent
 from schemas.codec import encode
+from schemas.subjects import CATALOG, EVENTS_STREAM, event_subject, subject_template
 from tests.agent_support import HOST, SAFE_ENV, good_catalog
 
 
@@ -196,10 +196,10 @@ async def test_unsampled_reports_carry_no_trace_context(nc: Client) -> None:
 
 def test_destination_templates_hide_hosts_and_reporters() -> None:
     """Span names come from subject templates, so one name serves every host."""
-    assert tracing.destination_template("crr.v1.report.host.n=2E1.scratch") == \
+    assert subject_template("crr.v1.report.host.n=2E1.scratch") == \
         "crr.v1.report.host.{host}.{reporter}"
-    assert tracing.destination_template("crr.v1.health.cluster.flexlm") == \
+    assert subject_template("crr.v1.health.cluster.flexlm") == \
         "crr.v1.health.cluster.{reporter}"
-    assert tracing.destination_template("crr.v1.snapshot.host.n1") == \
+    assert subject_template("crr.v1.snapshot.host.n1") == \
         "crr.v1.snapshot.host.{host}"
-    assert tracing.destination_template("crr.v1.catalog") == "crr.v1.catalog"
+    assert subject_template("crr.v1.catalog") == "crr.v1.catalog"

@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.sampling import (
 )
 
 from bus import tracing
-from bus.subjects import event_subject
+from schemas.subjects import event_subject
 from tests.test_tracing import _SWITCH, _install
 
 LIMIT = TraceIdRatioBased.TRACE_ID_LIMIT

@@ -14,10 +14,10 @@ from nats.aio.client import Client
 from bus.connection import connect
 from bus.server import NatsServer
 from bus.streams import provision
-from bus.subjects import event_subject, host_snapshot_subject
 from ops.services.view import SchedulerView
 from schemas.catalog_loader import load_catalog_text
 from schemas.errors import CrrTimeoutError, ExpressionError, NotReadyError
+from schemas.subjects import event_subject, host_snapshot_subject
 from tests.projector_support import (
     FAST_CATALOG_YAML,
     publish_catalog,

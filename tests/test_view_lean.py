@@ -13,12 +13,13 @@ import pytest
 from nats.aio.client import Client
 
 from bus.streams import provision
-from bus.subjects import SNAPSHOT_CATALOG, host_snapshot_subject
 from ops.services.view import SchedulerView
-from projections.host_table import HostTable, expires_seconds
+from projections.host_table import HostTable
 from projections.select import compile_select, explain
 from schemas.codec import DECODERS, encode
 from schemas.snapshot import HostSnapshot
+from schemas.subjects import SNAPSHOT_CATALOG, host_snapshot_subject
+from schemas.wire_time import expires_seconds
 from tests.select_support import CATALOG, NOW, STALE, StaleWas, host_snapshot
 
 EXPRS = ["free > 3", 'os == "rhel9" && ok', 'tags has "a" || free < 2', "!ok"]

@@ -12,9 +12,9 @@ from nats.aio.client import Client
 from bus.connection import connect
 from bus.server import NatsServer
 from bus.streams import provision
-from bus.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM, host_snapshot_subject
 from ops.services.view import SchedulerView
 from schemas.codec import encode
+from schemas.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM, host_snapshot_subject
 from tests.select_support import CATALOG, host_snapshot
 
 OLD = [f"old{i:02d}" for i in range(10)]

@@ -14,10 +14,14 @@ import yaml
 from bus.catalog_watch import fetch_catalog
 from bus.connection import connect
 from bus.streams import provision
-from bus.subjects import CATALOG
 from schemas.catalog_loader import elim_mode_notes, load_catalog
 from schemas.codec import encode
 from schemas.errors import CrrError
+from schemas.subjects import (
+    CATALOG,
+    MSG_ID_HEADER,
+    catalog_msg_id,
+)
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -47,7 +51,7 @@ async def apply_cmd(args: argparse.Namespace) -> int:
                        name="crr-catalog") as nc:
         await provision(nc)
         ack = await nc.jetstream().publish(
-            CATALOG, encode(catalog), headers={"Nats-Msg-Id": f"catalog/{secrets.token_hex(8)}"})
+            CATALOG, encode(catalog), headers={MSG_ID_HEADER: catalog_msg_id(secrets.token_hex(8))})
     print(f"published {args.file}: {len(catalog.resources)} resources, "
           f"{len(catalog.reporters)} reporters (seq {ack.seq})")
     return 0

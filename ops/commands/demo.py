@@ -23,7 +23,6 @@ from bus.connection import connect
 from bus.outbox import Outbox
 from bus.server import NatsServer
 from bus.streams import provision
-from bus.subjects import CATALOG
 from ops.nats_auth import secure_demo_setup
 from ops.services.projector import Projector
 from ops.services.snapshot_reader import read_snapshot
@@ -36,7 +35,8 @@ from schemas.catalog import Catalog
 from schemas.catalog_loader import load_catalog
 from schemas.codec import encode
 from schemas.errors import CrrError
-from schemas.timestamps import format_time
+from schemas.subjects import CATALOG
+from schemas.wire_time import format_time
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

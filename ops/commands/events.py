@@ -21,7 +21,8 @@ from ops.services.replay import (
     stream_range,
 )
 from schemas.errors import CrrError
-from schemas.timestamps import format_time
+from schemas.subjects import EVERYTHING
+from schemas.wire_time import format_time
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -35,8 +36,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    "or a stream sequence (default: the oldest retained)")
     e.add_argument("--until", metavar="T", help="last event: same forms (default: the newest "
                    "when the export started)")
-    e.add_argument("--subject", metavar="FILTER", default="crr.v1.>",
-                   help="NATS subject filter (default crr.v1.>)")
+    e.add_argument("--subject", metavar="FILTER", default=EVERYTHING,
+                   help=f"NATS subject filter (default {EVERYTHING})")
     e.add_argument("--host", metavar="H",
                    help="only events of host H (and catalog changes, so the file replays)")
     e.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default stdout)")

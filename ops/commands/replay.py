@@ -37,8 +37,6 @@ import msgspec
 from nats.aio.client import Client
 
 from bus.connection import connect
-from bus.streams import owner, owns
-from bus.subjects import SNAPSHOT_CLUSTER
 from ops.services.replay import (
     SourceReport,
     When,
@@ -54,7 +52,8 @@ from projections.select import compile_select, explain
 from schemas.codec import encode
 from schemas.errors import CrrError
 from schemas.snapshot import HostSnapshot, ProjectorStatus
-from schemas.timestamps import format_time, parse_time
+from schemas.subjects import SNAPSHOT_CLUSTER, owner, owns
+from schemas.wire_time import format_time, parse_time
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -16,13 +16,12 @@ import time
 from typing import Any
 
 from bus.connection import connect
-from bus.subjects import event_subject, msg_id
 from ops.services.report_outcome import outcome
-from schemas.codec import encode
+from schemas.codec import event_message
 from schemas.duration import parse_duration
 from schemas.errors import PayloadError
 from schemas.events import Report, check_finite
-from schemas.timestamps import format_time
+from schemas.wire_time import format_time
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -67,13 +66,12 @@ async def run(args: argparse.Namespace) -> int:
     observed_at = format_time(time.time())
     report = Report(reporter=args.reporter, host=args.host, boot=boot, seq=seq,
                     observed_at=observed_at, values=values)
-    subject = event_subject("report", args.reporter, args.host)
+    msg = event_message(report)
     async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
                        name="crr-report") as nc:
         ack = await nc.jetstream().publish(
-            subject, encode(report),
-            headers={"Nats-Msg-Id": msg_id(args.reporter, args.host, boot, seq)})
-        print(f"published {len(values)} value(s) on {subject} (seq {ack.seq})", flush=True)
+            msg.subject, msg.payload, headers=msg.headers)
+        print(f"published {len(values)} value(s) on {msg.subject} (seq {ack.seq})", flush=True)
         if args.no_wait:
             return 0
         verdict = await outcome(nc, seq=ack.seq, reporter=args.reporter, host=args.host,

@@ -1,4 +1,4 @@
-"""`crr sim …`: simulators — `sim scheduler` (here) and `sim reporters` (producers.sim_reporters).
+"""`crr sim …`: simulators — `sim scheduler` (here) and `sim reporters` (`sim_reporters.py`).
 
 `crr sim scheduler [--jobs FILE | --generate N] [--duration S]` plays a job
 stream (one `select[]` per line) against the LIVE scheduler view, as a
@@ -6,7 +6,7 @@ scheduler's placement loop would, and reports decisions/s and the
 distribution of candidate counts.  The view keeps applying snapshot changes
 while the jobs run (the loop yields to it after every decision).
 
-`crr sim reporters` is `producers.sim_reporters` (its
+`crr sim reporters` is `ops.commands.sim_reporters` (its
 `add_arguments(parser)` and `async run_reporters(args) -> int`).
 """
 
@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from bus.connection import connect
+from ops.commands import sim_reporters
 from ops.services.view import SchedulerView, loaded_view
-from producers import sim_reporters
 from projections.host_table import FRESH, HostTable
 from projections.percentile import percentiles
 from schemas.catalog import Catalog
@@ -52,7 +52,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     s.set_defaults(func=run_scheduler)
 
     r = sims.add_parser("reporters", parents=[common],
-                        help="simulated reporters for many hosts (producers.sim_reporters)")
+                        help="simulated reporters for many hosts, publishing through the real bus")
     sim_reporters.add_arguments(r)
     r.set_defaults(func=sim_reporters.run_reporters)
 

@@ -54,14 +54,6 @@ from litestar.response import File, ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 from litestar.static_files import create_static_files_router
 
-from bus.subjects import (
-    SNAPSHOT_CATALOG,
-    SNAPSHOT_CLUSTER,
-    SNAPSHOT_HOST_PREFIX,
-    SNAPSHOT_PROJECTOR,
-    is_projector_status,
-    untoken,
-)
 from ops.rest import api_docs
 from ops.rest.page_api import PageApi
 from ops.services.liveness import silent_after as configured_silent_after
@@ -79,7 +71,15 @@ from projections.select import Explanation, Section
 from schemas.catalog import ResourceSpec
 from schemas.errors import CrrError, ExpressionError, NotReadyError, SubjectError
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus, ValueState
-from schemas.timestamps import format_time
+from schemas.subjects import (
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_CLUSTER,
+    SNAPSHOT_HOST_PREFIX,
+    is_projector_status,
+    snapshot_host,
+    status_partition,
+)
+from schemas.wire_time import format_time
 
 log = logging.getLogger("crr.api")
 
@@ -197,8 +197,7 @@ def _on_internal(request: Request[Any, Any, Any], exc: Exception) -> Response[Pr
 
 def _current_status(view: SchedulerView, subject: str) -> ProjectorStatus | None:
     """The current layout's status record on `subject` (None: deleted, or a left-over)."""
-    suffix = subject[len(SNAPSHOT_PROJECTOR) + 1:]
-    partition = int(suffix) if suffix else None
+    partition = status_partition(subject)
     return next((st for st in view.projectors if st.partition == partition), None)
 
 
@@ -410,7 +409,7 @@ class Api:
         view = self.view
         if subject.startswith(SNAPSHOT_HOST_PREFIX):
             try:
-                name = untoken(subject[len(SNAPSHOT_HOST_PREFIX):])
+                name = snapshot_host(subject)
             except SubjectError:
                 return None
             snap = view.table.get(name)

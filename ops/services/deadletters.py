@@ -18,10 +18,10 @@ from nats.aio.client import Client
 
 from bus.connection import is_stream_not_found
 from bus.ordered import OrderedReader, StoredMessage
-from bus.subjects import DEADLETTER, EVENTS_STREAM, parse_event_subject, published_subject
 from schemas.codec import decode
 from schemas.errors import CrrTimeoutError, PayloadError, SubjectError
 from schemas.events import DeadLetter
+from schemas.subjects import DEADLETTER, EVENTS_STREAM, parse_event_subject, published_subject
 
 
 class DeadLetterCount(msgspec.Struct, frozen=True, kw_only=True):

@@ -39,21 +39,24 @@ import nats.js.errors
 from nats.aio.client import Client
 
 from bus.ordered import OrderedReader, StoredMessage
-from bus.subjects import (
-    ADMIN_HOST_PREFIX,
-    EVENTS_STREAM,
-    SNAPSHOT_PROJECTOR,
-    SNAPSHOT_STREAM,
-    forget_subject,
-    host_snapshot_subject,
-    token,
-)
 from projections.coverage import Coverage
 from schemas.codec import decode, encode
 from schemas.errors import CrrError, CrrTimeoutError
 from schemas.events import Forget
 from schemas.snapshot import ProjectorStatus
-from schemas.timestamps import format_time
+from schemas.subjects import (
+    ADMIN_HOST_PREFIX,
+    EVENTS_STREAM,
+    MSG_ID_HEADER,
+    SNAPSHOT_PROJECTOR,
+    SNAPSHOT_STREAM,
+    STATUS_PARTITIONS,
+    forget_msg_id,
+    forget_subject,
+    host_history_filter,
+    host_snapshot_subject,
+)
+from schemas.wire_time import format_time
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ class ForgetOutcome:
 
 def _host_filter(host: str) -> str:
     """Every stored event subject of `host`, in both layouts (and earlier Forgets)."""
-    return f"crr.v1.*.host.{token(host)}.>"
+    return host_history_filter(host)
 
 
 async def _has_record(nc: Client, host: str) -> bool:
@@ -126,7 +129,7 @@ async def wait_for_position(nc: Client, seq: int, timeout: float) -> int:
             reached.set()
 
     reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_PROJECTOR,
-                           filter_subjects=[SNAPSHOT_PROJECTOR, f"{SNAPSHOT_PROJECTOR}.*"],
+                           filter_subjects=[SNAPSHOT_PROJECTOR, STATUS_PARTITIONS],
                            handler=keep)
     await reader.start()
     try:
@@ -149,7 +152,7 @@ async def forget_host(nc: Client, host: str, *, timeout: float = 10.0) -> Forget
     event = Forget(host=host, requested_at=format_time(time.time()), by=who)
     ack = await nc.jetstream().publish(
         forget_subject(host), encode(event),
-        headers={"Nats-Msg-Id": f"forget/{token(host)}/{uuid.uuid4().hex}"})
+        headers={MSG_ID_HEADER: forget_msg_id(host, uuid.uuid4().hex)})
     seq = int(ack.seq)
     purged = await _purge(nc, host, seq)
     position = await wait_for_position(nc, seq, timeout)

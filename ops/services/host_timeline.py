@@ -19,12 +19,18 @@ from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
 from bus.ordered import OrderedReader, StoredMessage
-from bus.subjects import CATALOG, EVENTS_STREAM, published_subject, token
 from ops.services.replay import stream_range
 from projections.envelope import Envelope
 from projections.timeline import HostTimeline, replay_timeline
 from schemas.errors import CrrError
-from schemas.timestamps import format_time
+from schemas.subjects import (
+    CATALOG,
+    EVENTS_STREAM,
+    EVERYTHING,
+    host_history_filter,
+    published_subject,
+)
+from schemas.wire_time import format_time
 
 MAX_WINDOW_EVENTS: Final = 50_000
 """Most events of one host inside a window (beyond that: ask for a shorter window)."""
@@ -45,9 +51,9 @@ async def retention(nc: Client) -> float:
 async def host_events(nc: Client, host: str) -> list[StoredMessage]:
     """Every retained catalog event and event of `host`, in stream order."""
     out: list[StoredMessage] = []
-    reader = OrderedReader(nc, stream=EVENTS_STREAM, subject="crr.v1.>", handler=out.append,
+    reader = OrderedReader(nc, stream=EVENTS_STREAM, subject=EVERYTHING, handler=out.append,
                            deliver=DeliverPolicy.ALL,
-                           filter_subjects=[CATALOG, f"crr.v1.*.host.{token(host)}.>"])
+                           filter_subjects=[CATALOG, host_history_filter(host)])
     await reader.start()
     try:
         await reader.wait_ready(READ_TIMEOUT)

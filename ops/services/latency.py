@@ -27,17 +27,19 @@ from nats.js.api import DeliverPolicy
 
 from bus.follower import Follower
 from bus.ordered import OrderedReader, StoredMessage
-from bus.subjects import (
+from projections.percentile import percentiles
+from schemas.errors import SubjectError
+from schemas.subjects import (
     EVENTS_STREAM,
+    REPORTS,
+    SNAPSHOT_ALL,
     SNAPSHOT_CLUSTER,
     SNAPSHOT_HOST_PREFIX,
     SNAPSHOT_STREAM,
     parse_event_subject,
-    untoken,
+    snapshot_host,
 )
-from projections.host_table import expires_seconds
-from projections.percentile import percentiles
-from schemas.errors import SubjectError
+from schemas.wire_time import expires_seconds
 
 HostKey = str | None
 """A host name, or None for the cluster record."""
@@ -136,7 +138,7 @@ class _Collector:
             host: HostKey = None
         elif m.subject.startswith(SNAPSHOT_HOST_PREFIX):
             try:
-                host = untoken(m.subject[len(SNAPSHOT_HOST_PREFIX):])
+                host = snapshot_host(m.subject)
             except SubjectError:
                 return
         else:
@@ -237,7 +239,7 @@ async def collect(nc: Any, *, since: float, watch: float = 0.0,
     """Every report stored within `since` seconds, timed (see the module doc): at most
     `limit` (the first ones), and how many more were left out."""
     col = _Collector(reporters=reporters, limit=limit)
-    events = OrderedReader(nc, stream=EVENTS_STREAM, subject="crr.v1.report.>",
+    events = OrderedReader(nc, stream=EVENTS_STREAM, subject=REPORTS,
                            handler=col.event, deliver=DeliverPolicy.BY_START_TIME,
                            start_time=time.time() - since)
     await events.start()
@@ -247,7 +249,7 @@ async def collect(nc: Any, *, since: float, watch: float = 0.0,
         # Reports before the snapshot load: a compacted record can only be matched exactly.
         for evs in col.uncovered.values():
             evs.clear()
-        snaps = Follower(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
+        snaps = Follower(nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_ALL,
                          new_load=lambda: None,
                          load=lambda _, m: col.snapshot(m, live=False),
                          loaded=lambda _: None,

@@ -48,13 +48,12 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 
-from bus.subjects import PREFIX, SNAPSHOT_STREAM
 from schemas.errors import CrrError, LeaseLostError
-from schemas.timestamps import format_time
+from schemas.subjects import SNAPSHOT_STREAM, lease_subject
+from schemas.wire_time import format_time
 
 log = logging.getLogger("crr.lease")
 
-LEASE_SUBJECT = f"{PREFIX}.snapshot.lease"
 DEFAULT_TTL = 3.0
 WRONG_LAST_SEQUENCE = 10071
 """JetStream error code of a refused `Nats-Expected-Last-Subject-Sequence`."""
@@ -82,11 +81,6 @@ class LeaseRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 _encoder = msgspec.json.Encoder(order="sorted")
 _decoder = msgspec.json.Decoder(LeaseRecord)
-
-
-def lease_subject(partition: int | None = None) -> str:
-    """The lease subject of the (partitioned) projector."""
-    return LEASE_SUBJECT if partition is None else f"{LEASE_SUBJECT}.{partition}"
 
 
 def is_fence_refusal(exc: BaseException) -> bool:

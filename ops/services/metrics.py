@@ -34,26 +34,29 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import msgspec
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
-from bus.subjects import SNAPSHOT_CLUSTER, SNAPSHOT_HOST_PREFIX, parse_event_subject
-from projections.host_table import expires_seconds
 from schemas.errors import SubjectError
+from schemas.subjects import (
+    REPORT_PREFIX,
+    SNAPSHOT_CLUSTER,
+    SNAPSHOT_HOST_PREFIX,
+    parse_event_subject,
+)
+from schemas.wire_time import expires_seconds
 
 if TYPE_CHECKING:
     from bus.ordered import StoredMessage
-    from ops.services.projector import Projector
     from ops.services.view import SchedulerView
     from projections.freshness import ProjectorLiveness
 
 LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                           60.0)
-_REPORT_PREFIX: Final = "crr.v1.report."
 
 
 class _Head(msgspec.Struct):
@@ -83,10 +86,40 @@ def _sdk_installed(provider: MeterProvider) -> bool:
     return isinstance(provider, SdkMeterProvider)
 
 
+class MeteredProjector(Protocol):
+    """What the metrics read of a projector (`ops.projector.Projector` is one): this
+    port keeps `ops.metrics` from importing the projector that imports it."""
+
+    @property
+    def lag(self) -> int:
+        """Events not yet delivered."""
+
+    @property
+    def position(self) -> int:
+        """Last CRR_EVENTS sequence reflected in CRR_SNAPSHOT."""
+
+    @property
+    def applied(self) -> int:
+        """Events applied."""
+
+    @property
+    def deadletter_count(self) -> int:
+        """Events dead-lettered."""
+
+    @property
+    def writes(self) -> int:
+        """Records and status records written."""
+
+    def written_records(self) -> list[tuple[str, bytes]]:
+        """(subject, bytes) of what CRR_SNAPSHOT holds as the projector wrote it."""
+
+
 class ProjectorMetrics:
     """Metrics of one projector (see module doc); the projector calls `event` and `flushed`."""
 
-    def __init__(self, projector: Projector, meter_provider: MeterProvider | None = None) -> None:
+    def __init__(
+        self, projector: MeteredProjector, meter_provider: MeterProvider | None = None,
+    ) -> None:
         provider = meter_provider or metrics.get_meter_provider()
         self.enabled = _sdk_installed(provider)
         self._projector = projector
@@ -132,7 +165,7 @@ class ProjectorMetrics:
 
     def event(self, m: StoredMessage) -> None:
         """An event was applied: remember a report's reporter and observed time."""
-        if not self.enabled or not m.subject.startswith(_REPORT_PREFIX):
+        if not self.enabled or not m.subject.startswith(REPORT_PREFIX):
             return
         try:
             reporter = parse_event_subject(m.subject).reporter

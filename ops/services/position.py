@@ -19,8 +19,8 @@ import asyncio
 import nats.js.errors
 from nats.js.client import JetStreamContext
 
-from bus.subjects import EVENTS_STREAM
 from schemas.errors import CrrTimeoutError
+from schemas.subjects import EVENTS_STREAM
 
 
 class Position:

@@ -48,7 +48,6 @@ import contextlib
 import functools
 import gc
 import logging
-import math
 import os
 import secrets
 import time
@@ -67,23 +66,11 @@ from bus import tracing
 from bus.connection import add_reconnect_listener
 from bus.ordered import OrderedReader, StoredMessage
 from bus.stream_check import Generations, Seen, lost
-from bus.streams import StreamSettings, owns, provision, stored_partitions
-from bus.subjects import (
-    CATALOG,
-    DEADLETTER,
-    EVENTS_STREAM,
-    SNAPSHOT_CATALOG,
-    SNAPSHOT_CLUSTER,
-    SNAPSHOT_PROJECTOR,
-    SNAPSHOT_STREAM,
-    host_snapshot_subject,
-    published_subject,
-)
+from bus.streams import StreamSettings, provision, stored_partitions
 from ops.services.checkpoint_read import RawRecords, load_checkpoint
 from ops.services.lease import Lease
 from ops.services.metrics import ProjectorMetrics
 from ops.services.position import Position
-from ops.services.replay import status_subject
 from ops.services.restore import NotRestorable, Restored, catalog_digest, restore_from
 from ops.services.snapshot_writer import SnapshotWriter
 from projections.checkpoint import CheckpointError, Deferred, Lazy
@@ -94,7 +81,23 @@ from schemas.codec import DECODERS, encode
 from schemas.errors import CrrError, LeaseLostError, StreamConfigError
 from schemas.events import DeadLetter
 from schemas.snapshot import CHECKPOINT_FORMAT, ProjectorStatus
-from schemas.timestamps import format_time, parse_time
+from schemas.subjects import (
+    CATALOG,
+    DEADLETTER,
+    EVENTS_STREAM,
+    EVERYTHING,
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_CLUSTER,
+    SNAPSHOT_STREAM,
+    STATUS_PARTITIONS,
+    cluster_event_filter,
+    host_snapshot_subject,
+    owns,
+    partition_event_filter,
+    published_subject,
+    status_subject,
+)
+from schemas.wire_time import floor_millis, format_time
 
 log = logging.getLogger("crr.projector")
 
@@ -118,7 +121,7 @@ def tick() -> float:
     The projector expires with this `now` and writes it as the status's
     `last_tick`, so `crr replay --verify` can expire at exactly the same `now`.
     """
-    return parse_time(format_time(math.floor(time.time() * 1000) / 1000))
+    return floor_millis(time.time())
 
 
 @dataclass(frozen=True)
@@ -306,8 +309,7 @@ class Projector:
         if self._owns is not None and not self._owns(subject):
             self._pos.dropped(m.seq, m.pending)  # caught up counts past others' events too
             return
-        if subject.count(".") == 6:  # stored with a partition token (this layout's or not)
-            subject = published_subject(subject)
+        subject = published_subject(subject)  # without a partition token (any layout's)
         if self._deferred is not None:
             self._place_deferred(m.seq)
         if self._lazy is not None:
@@ -492,7 +494,7 @@ class Projector:
         is not ahead, so two partitions do not echo each other)."""
         if self.partition is None:
             return
-        own = f"{SNAPSHOT_PROJECTOR}.{self.partition}"
+        own = status_subject(self.partition)
 
         async def on_status(msg: Msg) -> None:
             if msg.subject == own or self._pos.pending:
@@ -505,7 +507,7 @@ class Projector:
                 self._status_due = True
                 self._wake.set()
 
-        self._peers = await self._nc.subscribe(f"{SNAPSHOT_PROJECTOR}.*", cb=on_status)
+        self._peers = await self._nc.subscribe(STATUS_PARTITIONS, cb=on_status)
 
     async def _write_status(self, now: float | None = None) -> None:
         now = time.time() if now is None else now
@@ -634,7 +636,7 @@ class Projector:
                 EVENTS_STREAM, why)
         # Where the last-per-subject load starts (`--verify` replays the same input).
         self._start_seq = (await self._js.stream_info(EVENTS_STREAM)).state.last_seq
-        self._events = OrderedReader(self._nc, stream=EVENTS_STREAM, subject="crr.v1.>",
+        self._events = OrderedReader(self._nc, stream=EVENTS_STREAM, subject=EVERYTHING,
                                      handler=self._handler(), backpressure=True, direct=True)
         await self._events.start()
         await self._events.wait_ready(300.0)
@@ -643,7 +645,7 @@ class Projector:
             # right after the last event the load delivered (read once it has stopped).
             loaded, self._events = self._events, None
             await loaded.stop()
-            self._events = OrderedReader(self._nc, stream=EVENTS_STREAM, subject="crr.v1.>",
+            self._events = OrderedReader(self._nc, stream=EVENTS_STREAM, subject=EVERYTHING,
                                          handler=self._handler(), start_seq=loaded.last_seq + 1,
                                          filter_subjects=partition_filters(self.partition),
                                          backpressure=True, direct=True)
@@ -667,7 +669,7 @@ class Projector:
         self.start_note = (f"restored from {SNAPSHOT_STREAM} at seq {seq} ({restored.records} "
                            f"record(s), {len(restored.deferred)} written after the status)")
         log.info("projector: %s", self.start_note)
-        self._events = OrderedReader(self._nc, stream=EVENTS_STREAM, subject="crr.v1.>",
+        self._events = OrderedReader(self._nc, stream=EVENTS_STREAM, subject=EVERYTHING,
                                      handler=self._handler(), start_seq=seq + 1,
                                      filter_subjects=partition_filters(self.partition),
                                      backpressure=True, direct=True)
@@ -860,7 +862,7 @@ def partition_filters(partition: int | None) -> list[str] | None:
     """
     if partition is None:
         return None
-    filters = [CATALOG, f"crr.v1.*.host.*.*.{partition}"]
+    filters = [CATALOG, partition_event_filter(partition)]
     if partition == 0:
-        filters.append("crr.v1.*.cluster.*")
+        filters.append(cluster_event_filter())
     return filters

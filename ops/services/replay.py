@@ -31,7 +31,6 @@ import operator
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO, Final
 
@@ -43,19 +42,6 @@ from nats.js.api import DeliverPolicy
 
 from bus.follower import load_compacted
 from bus.ordered import OrderedReader, StoredMessage
-from bus.streams import owner
-from bus.subjects import (
-    CATALOG,
-    EVENTS_STREAM,
-    SNAPSHOT_CATALOG,
-    SNAPSHOT_CLUSTER,
-    SNAPSHOT_HOST_PREFIX,
-    SNAPSHOT_PROJECTOR,
-    SNAPSHOT_STREAM,
-    is_projector_status,
-    published_subject,
-    token,
-)
 from ops.progress import Progress
 from projections.coverage import Coverage
 from projections.envelope import Envelope
@@ -64,7 +50,22 @@ from schemas.codec import decode
 from schemas.duration import parse_duration
 from schemas.errors import CrrError, CrrTimeoutError, DurationError, PayloadError
 from schemas.snapshot import ProjectorStatus
-from schemas.timestamps import format_time, parse_time
+from schemas.subjects import (
+    CATALOG,
+    EVENTS_STREAM,
+    EVERYTHING,
+    SNAPSHOT_ALL,
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_CLUSTER,
+    SNAPSHOT_HOST_PREFIX,
+    SNAPSHOT_STREAM,
+    is_projector_status,
+    owner,
+    published_subject,
+    status_subject,
+    token,
+)
+from schemas.wire_time import format_time, format_time_precise, parse_time
 
 CHUNK: Final = 256 << 10
 """Bytes read from an export file at a time, decoded as one JSON array (small: cache-warm)."""
@@ -101,11 +102,6 @@ _lines: Final = msgspec.json.Decoder(list[ExportLine])
 _line: Final = msgspec.json.Decoder(ExportLine)
 
 
-def precise_time(t: float) -> str:
-    """RFC 3339 UTC with microseconds (export lines; `ts` carries the exact float)."""
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def _inline(data: bytes) -> bool:
     """Whether `data` can sit verbatim in a line: one line of valid JSON."""
     if not data or b"\n" in data or b"\r" in data:
@@ -119,7 +115,7 @@ def _inline(data: bytes) -> bool:
 
 def export_line(m: StoredMessage) -> bytes:
     """The export line (with its newline) of one stored message."""
-    head = _head_encoder.encode(_Head(seq=m.seq, time=precise_time(m.time), ts=m.time,
+    head = _head_encoder.encode(_Head(seq=m.seq, time=format_time_precise(m.time), ts=m.time,
                                       subject=m.subject, headers=m.headers or None))
     if _inline(m.data):
         return b"".join((head[:-1], b',"payload":', m.data, b"}\n"))
@@ -315,7 +311,7 @@ def host_filter(host: str) -> Callable[[str], bool]:
 
 async def read_stream(
     nc: Client, on_message: Callable[[StoredMessage], bool], *,
-    subject: str = "crr.v1.>", start_seq: int | None = None, start_time: float | None = None,
+    subject: str = EVERYTHING, start_seq: int | None = None, start_time: float | None = None,
     stop_seq: int | None = None, stall: float = 30.0,
 ) -> int:
     """Feed CRR_EVENTS to `on_message` in order, from `start_seq`/`start_time` (else the start).
@@ -371,7 +367,7 @@ async def read_snapshot_bytes(nc: Client, timeout: float = 30.0) -> dict[str, tu
     def keep(m: StoredMessage) -> None:
         out[m.subject] = (m.seq, m.data)
 
-    await load_compacted(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
+    await load_compacted(nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_ALL,
                          handler=keep, timeout=timeout)
     return out
 
@@ -434,9 +430,6 @@ async def read_consistent_cut(nc: Client) -> tuple[list[ProjectorStatus], dict[s
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def status_subject(partition: int | None) -> str:
-    """Where a projector (partition) writes its status."""
-    return SNAPSHOT_PROJECTOR if partition is None else f"{SNAPSHOT_PROJECTOR}.{partition}"
 
 
 # -- command-line times -------------------------------------------------------------------

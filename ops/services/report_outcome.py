@@ -27,20 +27,22 @@ import nats.js.errors
 from nats.aio.client import Client
 
 from bus.ordered import OrderedReader, StoredMessage
-from bus.subjects import (
-    DEADLETTER,
-    EVENTS_STREAM,
-    SNAPSHOT_CATALOG,
-    SNAPSHOT_CLUSTER,
-    SNAPSHOT_PROJECTOR,
-    SNAPSHOT_STREAM,
-    host_snapshot_subject,
-)
 from ops.services.snapshot_reader import SnapshotContents, absorb
 from schemas.codec import decode
 from schemas.errors import CrrTimeoutError, PayloadError
 from schemas.events import DeadLetter
 from schemas.snapshot import ClusterSnapshot, HostSnapshot
+from schemas.subjects import (
+    DEADLETTER,
+    EVENTS_STREAM,
+    SNAPSHOT_ALL,
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_CLUSTER,
+    SNAPSHOT_PROJECTOR,
+    SNAPSHOT_STREAM,
+    STATUS_PARTITIONS,
+    host_snapshot_subject,
+)
 
 OutcomeState = Literal["applied", "rejected", "deadlettered", "pending", "not_applied"]
 
@@ -80,7 +82,7 @@ class ReportOutcome:
 
 def _filters(host: str | None) -> list[str]:
     record = SNAPSHOT_CLUSTER if host is None else host_snapshot_subject(host)
-    return [SNAPSHOT_PROJECTOR, f"{SNAPSHOT_PROJECTOR}.*", SNAPSHOT_CATALOG, record]
+    return [SNAPSHOT_PROJECTOR, STATUS_PARTITIONS, SNAPSHOT_CATALOG, record]
 
 
 async def wait_covered(
@@ -101,7 +103,7 @@ async def wait_covered(
         if reader is not None and reader.ready.is_set() and contents.projector_position >= seq:
             covered.set()
 
-    reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
+    reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_ALL,
                            handler=on_msg, filter_subjects=_filters(host))
     await reader.start()
     try:

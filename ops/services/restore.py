@@ -31,17 +31,7 @@ import nats.errors
 import nats.js.errors
 from nats.js.client import JetStreamContext
 
-from bus.streams import owner
-from bus.subjects import (
-    CATALOG,
-    EVENTS_STREAM,
-    SNAPSHOT_CATALOG,
-    SNAPSHOT_CLUSTER,
-    SNAPSHOT_HOST_PREFIX,
-    untoken,
-)
 from ops.services.checkpoint_read import RawRecords
-from ops.services.replay import status_subject
 from projections.checkpoint import (
     CheckpointError,
     Deferred,
@@ -58,6 +48,16 @@ from schemas.catalog_loader import catalog_from_wire
 from schemas.codec import DECODERS
 from schemas.errors import CatalogError, SubjectError
 from schemas.snapshot import CHECKPOINT_FORMAT, ProjectorStatus
+from schemas.subjects import (
+    CATALOG,
+    EVENTS_STREAM,
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_CLUSTER,
+    SNAPSHOT_HOST_PREFIX,
+    owner,
+    snapshot_host,
+    status_subject,
+)
 
 _status: msgspec.json.Decoder[ProjectorStatus] = DECODERS[ProjectorStatus]
 
@@ -178,7 +178,7 @@ async def restore_from(js: JetStreamContext, raw: RawRecords, *, partition: int 
             if not data or subj == SNAPSHOT_CLUSTER or not mine(subj, partition, partitions):
                 continue
             if bound is not None and _as_of_seq(subj, data) <= seq:
-                unread.append((untoken(subj[len(SNAPSHOT_HOST_PREFIX):]), data))
+                unread.append((snapshot_host(subj), data))
                 continue
             host, as_of, due = earliest_due(state, data)
             if host is None:

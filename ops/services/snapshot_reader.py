@@ -8,18 +8,19 @@ from nats.aio.client import Client
 
 from bus.follower import load_compacted
 from bus.ordered import StoredMessage
-from bus.subjects import (
+from projections.coverage import Coverage
+from schemas.catalog import Catalog
+from schemas.codec import decode
+from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus
+from schemas.subjects import (
+    SNAPSHOT_ALL,
     SNAPSHOT_CATALOG,
     SNAPSHOT_CLUSTER,
     SNAPSHOT_HOST_PREFIX,
     SNAPSHOT_STREAM,
     is_projector_status,
-    untoken,
+    snapshot_host,
 )
-from projections.coverage import Coverage
-from schemas.catalog import Catalog
-from schemas.codec import decode
-from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus
 
 
 @dataclass
@@ -56,7 +57,7 @@ def absorb(contents: SnapshotContents, m: StoredMessage) -> None:
             snap = decode(m.data, HostSnapshot)
             contents.hosts[snap.host] = snap
         else:  # a delete marker (`crr hosts forget`): the host is gone
-            contents.hosts.pop(untoken(m.subject[len(SNAPSHOT_HOST_PREFIX):]), None)
+            contents.hosts.pop(snapshot_host(m.subject), None)
     elif m.subject == SNAPSHOT_CLUSTER:
         contents.cluster = decode(m.data, ClusterSnapshot)
     elif m.subject == SNAPSHOT_CATALOG:
@@ -72,6 +73,6 @@ def absorb(contents: SnapshotContents, m: StoredMessage) -> None:
 async def read_snapshot(nc: Client, timeout: float = 30.0) -> SnapshotContents:
     """Load the current snapshot (`bus.follower.load_compacted`: last per subject)."""
     contents = SnapshotContents()
-    await load_compacted(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
+    await load_compacted(nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_ALL,
                          handler=lambda m: absorb(contents, m), timeout=timeout)
     return contents

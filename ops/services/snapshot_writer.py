@@ -24,12 +24,12 @@ from nats.aio.client import Client
 
 from bus import tracing
 from bus.pipeline_publish import PipelinePublisher
-from bus.subjects import DEADLETTER
 from ops.services.checkpoint_read import RawRecords
 from ops.services.lease import Lease, is_fence_busy, is_fence_refusal
 from schemas.codec import encode
 from schemas.errors import LeaseLostError
 from schemas.events import DeadLetter
+from schemas.subjects import DEADLETTER, MSG_ID_HEADER, deadletter_msg_id
 
 WRITE_WINDOW = 512
 
@@ -189,7 +189,7 @@ class SnapshotWriter:
                 await self._publish_window(window, fence)
         for dl in letters:
             await self._js.publish(DEADLETTER, encode(dl),
-                                   headers={"Nats-Msg-Id": f"deadletter/{dl.seq}"})
+                                   headers={MSG_ID_HEADER: deadletter_msg_id(dl.seq)})
 
     async def _publish_window(self, window: list[tuple[str, bytes]],
                               fence: dict[str, str] | None) -> None:

@@ -75,14 +75,6 @@ from nats.aio.client import Client
 
 from bus.follower import Follower
 from bus.ordered import StoredMessage
-from bus.subjects import (
-    SNAPSHOT_CATALOG,
-    SNAPSHOT_CLUSTER,
-    SNAPSHOT_HOST_PREFIX,
-    SNAPSHOT_STREAM,
-    is_projector_status,
-    untoken,
-)
 from projections.coverage import Coverage
 from projections.freshness import status_age
 from projections.host_table import HostTable, pack
@@ -91,10 +83,18 @@ from schemas.catalog import Catalog
 from schemas.codec import DECODERS
 from schemas.errors import CrrError, CrrTimeoutError, NotReadyError, SubjectError
 from schemas.snapshot import ClusterSnapshot, ProjectorStatus
+from schemas.subjects import (
+    SNAPSHOT_ALL,
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_CLUSTER,
+    SNAPSHOT_HOST_PREFIX,
+    SNAPSHOT_STREAM,
+    is_projector_status,
+    snapshot_host,
+)
 
 log = logging.getLogger("crr.view")
 
-SNAPSHOT_FILTER: Final = "crr.v1.snapshot.>"
 COMPILE_CACHE_SIZE: Final = 4096
 """Compiled expressions kept per catalog (oldest dropped first)."""
 PACK_BATCH: Final = 32
@@ -210,7 +210,7 @@ class SchedulerView:
         in partition order; incomplete while a new layout's partitions start)."""
         self._coverage = Coverage()
         self._follower = Follower(
-            nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_FILTER, new_load=_Load,
+            nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_ALL, new_load=_Load,
             load=self._load_record, loaded=self._finish, live=self._live_record,
             idle_heartbeat=idle_heartbeat, name="scheduler view")
         self._started = False
@@ -468,7 +468,7 @@ class SchedulerView:
                     table = self.table
                     table.upsert_row(table.decode_record(m.data), m.data)
                 else:  # a purge or delete marker: the host is gone
-                    self.table.remove(untoken(subject[len(SNAPSHOT_HOST_PREFIX):]))
+                    self.table.remove(snapshot_host(subject))
             else:
                 self._apply_other(m, None)
         except (msgspec.ValidationError, msgspec.DecodeError, SubjectError) as exc:

@@ -17,7 +17,7 @@ from projections.host_table import HostTable
 from projections.select.ast import Bool, Call, Node, Num, Ref, Str, children
 from projections.select.compiled import CompiledSelect
 from projections.select.reference import Env, Lookup, evaluate, excluded_by
-from schemas.timestamps import format_time
+from schemas.wire_time import format_time
 
 Truth = Literal["true", "false", "unknown"]
 

@@ -39,12 +39,12 @@ from nats.aio.msg import Msg
 
 from bus.server import NatsServer
 from bus.streams import provision
-from bus.subjects import SNAPSHOT_CATALOG
 from projections.percentile import percentiles
 from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
 from schemas.codec import decode, encode
 from schemas.events import Report
-from schemas.timestamps import parse_time
+from schemas.subjects import REPORTS, SNAPSHOT_CATALOG
+from schemas.wire_time import parse_time
 
 SCRIPT = """#!/bin/bash
 printf '{"values": {"%s_t0": %s}}\\n' "$CRR_REPORTER" "$EPOCHREALTIME"
@@ -124,7 +124,7 @@ async def bench(n: int, interval: float, duration: float, warmup: float) -> int:
                 latencies.append(received - t0)
                 publish_path.append(received - parse_time(report.observed_at))
 
-        await nc.subscribe("crr.v1.report.>", cb=on_report)
+        await nc.subscribe(REPORTS, cb=on_report)
         await nc.jetstream().publish(SNAPSHOT_CATALOG, encode(bench_catalog(n, interval)))
 
         env = {**os.environ, "NATS_URL": server.url}

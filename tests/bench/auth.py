@@ -27,6 +27,7 @@ from bus.server import NatsServer
 from bus.streams import provision
 from ops.nats_auth import EXAMPLE_CATALOG, generate, server_config
 from schemas.catalog_loader import load_catalog
+from schemas.subjects import event_subject
 
 
 def _rss_mib(pid: int) -> float:
@@ -76,7 +77,7 @@ def main() -> None:
 
         base, base_start, base_rss = _start(d / "base", None)
         try:
-            subject = f"crr.v1.report.host.{hosts[-1]}.scratch"
+            subject = event_subject("report", "scratch", hosts[-1])
             base_conn = asyncio.run(_probe(base.url, None, subject))
         finally:
             base.stop()

@@ -48,10 +48,10 @@ from bus.connection import connect
 from bus.pipeline_publish import PipelinePublisher
 from bus.server import NatsServer
 from bus.streams import provision
-from bus.subjects import CATALOG, SNAPSHOT_STREAM
 from producers.simulator import Event, Faults, Fleet, sim_catalog
 from schemas.codec import encode
 from schemas.errors import CrrError
+from schemas.subjects import CATALOG, SNAPSHOT_STREAM
 from tests.bench.relay import RELAY_STREAM, RelayProcess, provision_relay
 from tests.bench.suite import RESOURCES, ProjectorProcess, log, relay_pad, wait_projector
 

@@ -27,13 +27,13 @@ from typing import Any
 
 import msgspec
 
-from bus.subjects import CATALOG, event_subject
 from projections.envelope import Envelope
 from projections.fold import apply, expire
 from projections.state import ProjectionState
 from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
 from schemas.codec import encode
 from schemas.events import Report
+from schemas.subjects import CATALOG, event_subject
 
 INTERVAL = 30.0
 T0 = 1_800_000_000.0

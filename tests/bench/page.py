@@ -22,7 +22,6 @@ from typing import Any
 
 import msgspec
 
-from bus.subjects import CATALOG, event_subject
 from ops.rest.host_query import HostFacts, query, summarize
 from projections.envelope import Envelope
 from projections.history import Cut, Replay
@@ -31,7 +30,8 @@ from projections.timeline import replay_timeline
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import encode
 from schemas.snapshot import AsOf, HostSnapshot, ReporterStatus, ValueEntry
-from schemas.timestamps import format_time
+from schemas.subjects import CATALOG, event_subject
+from schemas.wire_time import format_time
 
 CATALOG_YAML = """
 version: 1

@@ -37,12 +37,12 @@ from bus.connection import connect
 from bus.pipeline_publish import PipelinePublisher
 from bus.server import NatsServer
 from bus.streams import StreamSettings, provision
-from bus.subjects import CATALOG, event_subject
 from ops.services.projector import Projector
 from ops.services.view import SchedulerView
 from projections.percentile import percentiles
 from schemas.catalog import Catalog
 from schemas.codec import encode
+from schemas.subjects import CATALOG, event_subject
 from tests.bench.fold import bench_catalog, payload
 
 

@@ -33,11 +33,11 @@ from nats.js.api import DeliverPolicy, StorageType, StreamConfig
 
 from bus.connection import connect
 from bus.ordered import OrderedReader, StoredMessage
-from bus.subjects import EVENTS_STREAM
+from schemas.subjects import EVENTS_STREAM, EVERYTHING
 
 RELAY_STREAM: Final = "BENCH_RELAY"
 RELAY_PREFIX: Final = "relay."
-_EVENTS_FILTER: Final = "crr.v1.>"
+_EVENTS_FILTER: Final = EVERYTHING
 
 
 class _Head(msgspec.Struct):
@@ -161,7 +161,7 @@ class RelayReader:
 
 
 def _epoch(text: str) -> float:
-    from projections.host_table import expires_seconds  # noqa: PLC0415 - keeps relay start light
+    from schemas.wire_time import expires_seconds  # noqa: PLC0415 - keeps relay start light
 
     return expires_seconds(text)
 

@@ -31,6 +31,7 @@ from projections.envelope import Envelope
 from projections.fold import apply
 from projections.history import Cut, Replay
 from projections.state import ProjectionState
+from schemas.subjects import MSG_ID_HEADER
 from tests.bench.fold import catalog_envelope, envelopes
 
 
@@ -49,7 +50,7 @@ def write_file(envs: list[Envelope], path: Path) -> None:
     with path.open("wb") as f:
         for env in envs:
             f.write(export_line(StoredMessage(env.seq, env.received_at, env.subject, env.data,
-                                              {"Nats-Msg-Id": f"bench/{env.seq}"}, 0)))
+                                              {MSG_ID_HEADER: f"bench/{env.seq}"}, 0)))
 
 
 def file_seconds(path: Path, n: int) -> float:

@@ -39,9 +39,9 @@ from bus.connection import connect
 from bus.ordered import OrderedReader, StoredMessage
 from bus.server import NatsServer
 from bus.streams import provision
-from bus.subjects import EVENTS_STREAM, SNAPSHOT_STREAM
 from ops.services.projector import Projector
 from schemas.catalog import ReporterSpec
+from schemas.subjects import EVENTS_STREAM, SNAPSHOT_ALL, SNAPSHOT_STREAM
 from tests.bench.fold import bench_catalog
 from tests.bench.partitions import publish_hosts, running
 
@@ -59,7 +59,7 @@ async def raw_read(nc: Client) -> tuple[float, int]:
         count += 1
 
     t = time.perf_counter()
-    reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
+    reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_ALL,
                            handler=noop)
     await reader.start()
     try:

@@ -29,7 +29,7 @@ from projections.select import compile_select
 from projections.select.columnar import truth
 from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
 from schemas.snapshot import AsOf, ClusterSnapshot, HostSnapshot, ValueEntry
-from schemas.timestamps import format_time
+from schemas.wire_time import format_time
 
 NOW = 1_800_000_000.0
 DATASETS = ["imagenet", "c4", "pile", "laion", "wiki", "books", "code", "math"]

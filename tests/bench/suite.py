@@ -66,25 +66,26 @@ from bus.ordered import OrderedReader, StoredMessage
 from bus.pipeline_publish import PipelinePublisher
 from bus.server import NatsServer
 from bus.streams import provision
-from bus.subjects import (
-    CATALOG,
-    EVENTS_STREAM,
-    SNAPSHOT_PROJECTOR,
-    SNAPSHOT_STREAM,
-    host_snapshot_subject,
-)
 from ops.commands.bench import add_arguments
 from ops.services.snapshot_reader import read_snapshot
 from ops.services.view import SchedulerView
 from producers.simulator import SILENT, Event, Faults, Fleet, run_fleet, sim_catalog
-from projections.host_table import HostTable, expires_seconds
+from projections.host_table import HostTable
 from projections.percentile import percentiles
 from projections.select import compile_select
 from schemas.codec import decode, encode
 from schemas.duration import parse_duration
 from schemas.errors import CrrError
 from schemas.snapshot import ProjectorStatus
-from schemas.timestamps import parse_time
+from schemas.subjects import (
+    CATALOG,
+    EVENTS_STREAM,
+    SNAPSHOT_ALL,
+    SNAPSHOT_PROJECTOR,
+    SNAPSHOT_STREAM,
+    host_snapshot_subject,
+)
+from schemas.wire_time import expires_seconds, parse_time
 from tests.bench import restart
 from tests.bench import select as sb
 from tests.bench.relay import RelayProcess, RelayReader, provision_relay, terminate
@@ -484,7 +485,7 @@ async def _child_cold_start(url: str, mode: str) -> dict[str, Any]:
             nonlocal count
             count += 1
 
-        reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject="crr.v1.snapshot.>",
+        reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_ALL,
                                handler=noop)
         await reader.start()
         await reader.wait_ready(300)

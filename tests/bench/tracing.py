@@ -42,14 +42,14 @@ from bus.connection import connect
 from bus.outbox import Outbox
 from bus.server import NatsServer
 from bus.streams import provision
-from bus.subjects import CATALOG, event_subject, msg_id
 from ops.services.projector import Projector
 from ops.services.view import SchedulerView
 from ops.telemetry import DEFAULT_RATIO, batch_span_processor
 from producers.observe import RunObserver
 from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
 from schemas.codec import encode
-from schemas.timestamps import format_time
+from schemas.subjects import CATALOG, MSG_ID_HEADER, event_subject, msg_id
+from schemas.wire_time import format_time
 
 MODES = {"off": None, "default": DEFAULT_RATIO, "100%": 1.0}
 
@@ -132,14 +132,14 @@ def _micro(n: int) -> tuple[float, float]:
     carried: dict[str, str] = {}
     for i in range(n):
         with observer.run("bench", "h1") as record:
-            hdrs = {"Nats-Msg-Id": f"bench/h1/b/{i}"}
+            hdrs = {MSG_ID_HEADER: msg_id("bench", "h1", "b", i)}
             span = tracing.start_publish(subject, hdrs, size=100)
             tracing.end_publish(span, seq=i)
             record("ok", 0)
             if span is not None:
                 carried = hdrs
     put_us = (time.perf_counter() - t0) / n * 1e6
-    hdrs = carried or {"Nats-Msg-Id": "x"}
+    hdrs = carried or {MSG_ID_HEADER: "x"}
     t0 = time.perf_counter()
     for i in range(n):
         if tracing.is_traced(hdrs):

@@ -37,10 +37,10 @@ from bus.connection import connect
 from bus.ordered import StoredMessage, parse_ack_reply
 from bus.server import NatsServer
 from bus.streams import provision
-from bus.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM, host_snapshot_subject
-from ops.services.view import SNAPSHOT_FILTER, SchedulerView
+from ops.services.view import SchedulerView
 from schemas.codec import DECODERS, encode
 from schemas.snapshot import HostSnapshot
+from schemas.subjects import SNAPSHOT_ALL, SNAPSHOT_CATALOG, SNAPSHOT_STREAM, host_snapshot_subject
 from tests.bench.select import CATALOG, make_hosts
 
 WINDOW = 2000
@@ -76,7 +76,7 @@ async def raw_read(nc: Client, expected_last: int) -> float:
 
     start = time.perf_counter()
     sub = await nc.jetstream().subscribe(
-        SNAPSHOT_FILTER, stream=SNAPSHOT_STREAM, cb=on_msg, ordered_consumer=True,
+        SNAPSHOT_ALL, stream=SNAPSHOT_STREAM, cb=on_msg, ordered_consumer=True,
         config=ConsumerConfig(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT),
         idle_heartbeat=2.0, pending_msgs_limit=1_000_000,
         pending_bytes_limit=1024 * 1024 * 1024)
@@ -147,7 +147,7 @@ async def live_apply(nc: Client, updates: list[tuple[str, bytes]]) -> tuple[floa
     info = await nc.jetstream().stream_info(SNAPSHOT_STREAM)
     first = info.state.last_seq + 1
     sub = await nc.jetstream().subscribe(
-        SNAPSHOT_FILTER, stream=SNAPSHOT_STREAM, cb=on_raw, ordered_consumer=True,
+        SNAPSHOT_ALL, stream=SNAPSHOT_STREAM, cb=on_raw, ordered_consumer=True,
         config=ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
                               opt_start_seq=first),
         idle_heartbeat=2.0, pending_msgs_limit=1_000_000,

@@ -14,8 +14,9 @@ resources (`producers.simulator.sim_catalog`); without it the active
 catalog (`crr.v1.snapshot.catalog`) is used and `--resources` is ignored.
 Progress and the achieved rate go to stderr: redrawn in place on a
 terminal, one line every 10 s otherwise.  The summary goes to stdout
-(`--json` for machines).  `crr sim scheduler` (ops/commands/sim.py) calls
-`add_arguments` and `run_reporters`.
+(`--json` for machines).  `ops/commands/sim.py` registers `crr sim reporters`
+with `add_arguments` and `run_reporters` (a CLI command: it lives with the others,
+not in `producers/`, which the commands build on).
 """
 
 from __future__ import annotations
@@ -33,12 +34,16 @@ from bus.catalog_watch import fetch_catalog
 from bus.connection import connect
 from bus.pipeline_publish import PipelinePublisher
 from bus.streams import provision
-from bus.subjects import CATALOG
 from ops.shutdown import stop_on_signals
 from producers.simulator import Faults, Fleet, RunStats, run_fleet, sim_catalog
 from schemas.catalog import Catalog
 from schemas.codec import encode
 from schemas.errors import CrrError
+from schemas.subjects import (
+    CATALOG,
+    MSG_ID_HEADER,
+    catalog_msg_id,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -86,7 +91,7 @@ async def _catalog(nc: Client, args: argparse.Namespace) -> Catalog:
     if args.apply_catalog:
         catalog = sim_catalog(args.resources, args.interval, args.reporters)
         await nc.jetstream().publish(
-            CATALOG, encode(catalog), headers={"Nats-Msg-Id": f"catalog/{secrets.token_hex(8)}"})
+            CATALOG, encode(catalog), headers={MSG_ID_HEADER: catalog_msg_id(secrets.token_hex(8))})
         return catalog
     active = await fetch_catalog(nc)
     if active is None or not any(s.scope == "host" for s in active.resources.values()):
