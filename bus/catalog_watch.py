@@ -7,16 +7,14 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import nats.errors
-import nats.js.errors
-import tenacity
 from nats.aio.client import Client
 
-from bus.connection import describe
+from bus.errors import nats_errors
 from bus.ordered import OrderedReader, StoredMessage
+from bus.retry import FOLLOW
 from schemas.catalog import Catalog
 from schemas.codec import decode
-from schemas.errors import PayloadError
+from schemas.errors import NotFoundOnServerError, PayloadError
 from schemas.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM
 
 log = logging.getLogger("crr.bus.catalog")
@@ -28,8 +26,9 @@ _FIRST_LOAD = 5.0
 async def fetch_catalog(nc: Client) -> Catalog | None:
     """The active catalog (one read of CRR_SNAPSHOT), or None when none is active yet."""
     try:
-        msg = await nc.jetstream().get_last_msg(SNAPSHOT_STREAM, SNAPSHOT_CATALOG)
-    except nats.js.errors.NotFoundError:
+        with nats_errors():
+            msg = await nc.jetstream().get_last_msg(SNAPSHOT_STREAM, SNAPSHOT_CATALOG)
+    except NotFoundOnServerError:
         return None
     return decode(msg.data, Catalog) if msg.data else None
 
@@ -70,14 +69,8 @@ async def follow_catalog(nc: Client, apply: Callable[[Catalog], Awaitable[None]]
     follower may start before the streams exist or while the server is away
     and keeps what it runs meanwhile.
     """
-    retrying = tenacity.AsyncRetrying(
-        stop=tenacity.stop_never,
-        wait=tenacity.wait_exponential(multiplier=0.5, max=10.0) + tenacity.wait_random(0, 0.5),
-        retry=tenacity.retry_if_exception_type((nats.errors.Error, TimeoutError)),
-        before_sleep=lambda rs: log.warning(
-            "cannot follow the catalog (%s); retrying",
-            describe(rs.outcome.exception() or TimeoutError()) if rs.outcome else "?"),
-    )
+    retrying = FOLLOW.retrying(also=(NotFoundOnServerError,), log=log,
+                               what="cannot follow the catalog")
     async for attempt in retrying:
         with attempt:
             async for catalog in watch_catalog(nc):

@@ -2,7 +2,7 @@
 
 nats-py's defaults give up reconnecting after about two minutes; crr's
 long-running processes reconnect forever, with jittered exponential delays
-from tenacity so a fleet of agents does not stampede a restarted server.
+from `bus.retry` so a fleet of agents does not stampede a restarted server.
 The initial connect is retried with the same policy: forever for services
 (`retry_initial=None`), a few attempts for one-shot CLI commands.
 
@@ -28,31 +28,20 @@ from typing import Any
 
 import nats
 import nats.errors
-import nats.js.errors
-import tenacity
 from nats.aio.client import Client
 
 from bus import nats_headers
+from bus.errors import BUS_FAILURES, NATS_FAILURES, as_crr_error, describe
+from bus.retry import CONNECT, RECONNECT
 from schemas.errors import AuthError, NotConnectedError
 
 log = logging.getLogger("crr.bus")
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 
-_reconnect_wait = (tenacity.wait_exponential(multiplier=0.05, max=2.0)
-                   + tenacity.wait_random(0, 0.25))
-
-
 def default_url() -> str:
     """`NATS_URL` from the environment, else `nats://127.0.0.1:4222`."""
     return os.environ.get("NATS_URL") or DEFAULT_URL
-
-
-def _reconnect_delay(attempt: int) -> float:
-    state = tenacity.RetryCallState(retry_object=tenacity.AsyncRetrying(), fn=None, args=(),
-                                    kwargs={})
-    state.attempt_number = max(1, attempt)
-    return float(_reconnect_wait(state))
 
 
 PING_INTERVAL = 5.0
@@ -75,7 +64,7 @@ def _server_picker(current: list[str]) -> Callable[[list[Any], dict[str, Any]],
         others = [s for s in servers if current and s.uri.netloc != current[0]]
         server = random.choice(others or servers)  # noqa: S311 - load spreading
         current[:] = [server.uri.netloc]
-        return server, _reconnect_delay(getattr(server, "reconnects", 0) + 1)
+        return server, RECONNECT.delay(getattr(server, "reconnects", 0) + 1)
 
     return pick
 
@@ -116,25 +105,6 @@ _SEEN = "crr_seen_errors"
 def _is_fatal(exc: BaseException) -> bool:
     """Errors no retry can fix: refused credentials, an untrusted server certificate."""
     return _is_auth_error(exc) or isinstance(exc, ssl.SSLCertVerificationError)
-
-
-NO_STREAMS = "no crr streams on this server: start `crr projector` (it creates them)"
-_STREAM_NOT_FOUND = 10059  # JetStream API err_code
-
-
-def describe(exc: BaseException) -> str:
-    """`exc` as one non-empty line (some nats-py and asyncio errors have no text).
-
-    A JetStream "stream not found" says what to do about it instead.
-    """
-    if is_stream_not_found(exc):
-        return NO_STREAMS
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
-def is_stream_not_found(exc: BaseException) -> bool:
-    """A JetStream "stream not found" (as opposed to a missing message)."""
-    return isinstance(exc, nats.js.errors.NotFoundError) and exc.err_code == _STREAM_NOT_FOUND
 
 
 def display_url(url: str | None) -> str:
@@ -332,48 +302,37 @@ async def open_connection(
     if tls is not None:
         options["tls"] = tls
 
-    retrying = tenacity.AsyncRetrying(
-        stop=tenacity.stop_never if attempts is None else tenacity.stop_after_attempt(attempts),
-        wait=tenacity.wait_exponential(multiplier=0.2, max=5.0) + tenacity.wait_random(0, 0.5),
-        retry=tenacity.retry_if_exception(lambda e: not isinstance(e, AuthError)),
-        reraise=True,
-        # A service (attempts=None) says so at WARNING each time; a one-shot command
-        # fails with one line at the end, so its retries are INFO.
-        before_sleep=lambda rs: log.log(
-            logging.WARNING if attempts is None else logging.INFO, "%s; retrying",
-            describe(rs.outcome.exception() or NotConnectedError(shown)) if rs.outcome
-            else f"cannot reach NATS at {shown}",
-        ),
-    )
-    try:
-        async for attempt in retrying:
-            with attempt:
-                try:
-                    nc = await _connect_once(options, fatal, seen)
-                except Exception as exc:
-                    # nats-py reports a refused CONNECT to error_cb and raises only
-                    # "no servers available": look at what error_cb saw, too.
-                    cause = exc if _is_auth_error(exc) or not seen else seen[0]
-                    if _is_auth_error(cause):
-                        raise AuthError(f"NATS at {shown} refused the credentials: "
-                                        f"{describe(cause)}") from None
-                    if isinstance(cause, ssl.SSLCertVerificationError):
-                        raise NotConnectedError(
-                            f"NATS at {shown}: the server's TLS certificate is not trusted "
-                            f"({cause.verify_message}); pass its CA with --tls-ca") from None
+    # AuthError is not retriable; NotConnectedError is.  A service (attempts=None)
+    # says so at WARNING each time; a one-shot command fails with one line at the
+    # end, so its retries are INFO.
+    retrying = CONNECT.retrying(attempts=attempts, log=log,
+                                level=logging.WARNING if attempts is None else logging.INFO)
+    async for attempt in retrying:
+        with attempt:
+            try:
+                nc = await _connect_once(options, fatal, seen)
+            except Exception as exc:
+                # nats-py reports a refused CONNECT to error_cb and raises only
+                # "no servers available": look at what error_cb saw, too.
+                cause = exc if _is_auth_error(exc) or not seen else seen[0]
+                if _is_auth_error(cause):
+                    raise AuthError(f"NATS at {shown} refused the credentials: "
+                                    f"{describe(cause)}") from None
+                if isinstance(cause, ssl.SSLCertVerificationError):
                     raise NotConnectedError(
-                        f"cannot reach NATS at {shown}: {_why(exc, cause)}") from None
-                nc.options["max_reconnect_attempts"] = -1
-                if nc.connected_url is not None:
-                    current[:] = [nc.connected_url.netloc]
-                connected.append(logging.WARNING if attempts is None else logging.INFO)
-                seen.clear()  # from now on: what the server said after connecting
-                nc.options[_SEEN] = seen
-                nc.options[_LISTENERS] = listeners
-                nc.options[_RECONNECT_LISTENERS] = reconnect_listeners
-                return nc
-    except tenacity.RetryError as exc:  # pragma: no cover - reraise=True makes this unreachable
-        raise NotConnectedError(f"cannot reach NATS at {shown}") from exc
+                        f"NATS at {shown}: the server's TLS certificate is not trusted "
+                        f"({cause.verify_message}); pass its CA with --tls-ca") from None
+                raise NotConnectedError(
+                    f"cannot reach NATS at {shown}: {_why(exc, cause)}") from None
+            nc.options["max_reconnect_attempts"] = -1
+            if nc.connected_url is not None:
+                current[:] = [nc.connected_url.netloc]
+            connected.append(logging.WARNING if attempts is None else logging.INFO)
+            seen.clear()  # from now on: what the server said after connecting
+            nc.options[_SEEN] = seen
+            nc.options[_LISTENERS] = listeners
+            nc.options[_RECONNECT_LISTENERS] = reconnect_listeners
+            return nc
     raise NotConnectedError(f"cannot reach NATS at {shown}")  # pragma: no cover
 
 
@@ -432,19 +391,23 @@ async def connect(
     nc = await open_connection(url, creds=creds, name=name, tls_ca=tls_ca, attempts=attempts)
     try:
         yield nc
-    except (TimeoutError, nats.errors.Error) as exc:
+    except NATS_FAILURES as exc:
+        # The bus boundary of a whole command: what escapes it is crr's error.
         # A request the server's authorization refused ends in a bare timeout; the
         # reason came separately, to error_cb.  A one-shot command says it.
         said: list[Exception] = nc.options.get(_SEEN) or []
         if attempts is not None and said and "permissions violation" in str(said[0]).lower():
             raise AuthError(f"{describe(exc)}: the server refused it ({describe(said[0])})"
                             ) from exc
-        raise
+        mapped = as_crr_error(exc)
+        if mapped is exc:
+            raise
+        raise mapped from exc
     finally:
         if nc.is_connected:
             try:
                 await nc.drain()
-            except (nats.errors.Error, TimeoutError):
+            except BUS_FAILURES:
                 await nc.close()
         else:
             await nc.close()

@@ -38,6 +38,7 @@ from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
 from bus.connection import add_reconnect_listener
+from bus.errors import nats_errors
 from bus.ordered import OrderedReader, StoredMessage
 from bus.stream_check import Generations, lost
 from schemas.errors import CrrError, CrrTimeoutError
@@ -209,7 +210,8 @@ async def load_compacted(nc: Client, *, stream: str, subject: str,
     """Hand the last record of every subject to `handler`, then stop; the records read.
 
     The `Follower`'s load alone (one ordered consumer, DeliverLastPerSubject)
-    for one-shot readers.  CrrTimeoutError when not complete after `timeout`.
+    for one-shot readers.  CrrTimeoutError when not complete after `timeout`;
+    StreamNotFoundError (and the rest of `bus.errors`' tree) when it cannot start.
     """
     count = 0
 
@@ -219,7 +221,8 @@ async def load_compacted(nc: Client, *, stream: str, subject: str,
         handler(m)
 
     reader = OrderedReader(nc, stream=stream, subject=subject, handler=keep)
-    await reader.start()
+    with nats_errors(where=stream):
+        await reader.start()
     try:
         await reader.wait_ready(timeout)
     finally:

@@ -41,14 +41,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-import nats.errors
-import nats.js.errors
-import tenacity
 from nats.aio.client import Client
 
 from bus import tracing
 from bus.connection import add_error_listener, switch_server
-from schemas.errors import AuthError, CrrTimeoutError
+from bus.errors import NATS_FAILURES, as_crr_error
+from bus.retry import PUBLISH
+from schemas.errors import (
+    AuthError,
+    BusTimeoutError,
+    CrrError,
+    CrrTimeoutError,
+    DuplicateInProcessError,
+)
 from schemas.subjects import MSG_ID_HEADER
 
 log = logging.getLogger("crr.bus.outbox")
@@ -59,21 +64,12 @@ ErrorHandler = Callable[[str, Exception], None]
 # nats-py lower-cases -ERR texts, subject included: match subjects case-insensitively.
 _REFUSED = re.compile(r'permissions violation for publish to "([^"]+)"', re.IGNORECASE)
 
-DUPLICATE_IN_PROCESS = 10158
-"""JetStream error code: a message with this `Nats-Msg-Id` is still being stored (an
-earlier attempt, e.g. on a node that lost its cluster).  Retriable, never a refusal:
-the retry is either stored or acknowledged as a duplicate."""
 
-def _outcome_unknown(exc: Exception) -> bool:
-    """Whether a failed publish may still be stored (no answer came), as opposed to
+def _outcome_unknown(exc: CrrError) -> bool:
+    """Whether a failed publish may still be stored (no answer came, or an earlier attempt
+    with its `Nats-Msg-Id` is still being stored: `DuplicateInProcessError`), as opposed to
     certainly not stored (not sent, or the server answered with an error)."""
-    if isinstance(exc, nats.js.errors.APIError):
-        return exc.err_code == DUPLICATE_IN_PROCESS
-    return isinstance(exc, (nats.errors.TimeoutError, nats.errors.StaleConnectionError,
-                            TimeoutError))
-
-
-_backoff = tenacity.wait_exponential(multiplier=0.05, max=2.0) + tenacity.wait_random(0, 0.1)
+    return isinstance(exc, BusTimeoutError | DuplicateInProcessError)
 
 
 @dataclass(eq=False)
@@ -136,6 +132,8 @@ class Outbox:
         self._refused: dict[str, Exception] = {}
         self._refused_logged: set[str] = set()
         self._remove_listener: Callable[[], None] | None = None
+        self._failing_since = 0.0
+        """When the current run of failing batches began (see `switch_after`)."""
 
     @property
     def pending(self) -> int:
@@ -240,7 +238,12 @@ class Outbox:
             batch.append(it)
         return batch
 
-    async def _send(self, it: _Item) -> Exception | None:
+    async def _send(self, it: _Item) -> CrrError | None:
+        """Publish `it`; the (retriable) error to retry it on, None when done with it.
+
+        A non-retriable error (a refusal: permissions, a bad request, too large) rejects
+        the message; a retriable one (no ack in time, no responders, a 503 during an
+        election, not connected) puts it back."""
         key = it.subject.lower()
         task = asyncio.current_task()
         assert task is not None
@@ -255,19 +258,13 @@ class Outbox:
                 raise
             task.uncancel()
             self._reject(it, refused)
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError,
-                nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,
-                nats.errors.OutboundBufferLimitError, nats.errors.StaleConnectionError,
-                nats.js.errors.NoStreamResponseError, TimeoutError) as exc:
-            return exc
-        except nats.js.errors.APIError as exc:
-            if exc.code is not None and exc.code >= 500:
-                return exc  # e.g. 503 no leader during a cluster election: retriable
-            if exc.err_code == DUPLICATE_IN_PROCESS:
-                return exc  # an earlier attempt's fate is not known yet: ask again later
-            self._reject(it, exc)
-        except nats.errors.MaxPayloadError as exc:
-            self._reject(it, exc)
+        except NATS_FAILURES as exc:
+            err = as_crr_error(exc)
+            if not isinstance(err, CrrError):  # pragma: no cover - NATS_FAILURES all map
+                raise
+            if err.retriable:
+                return err
+            self._reject(it, err)
         finally:
             if self._inflight.get(key) is task:
                 del self._inflight[key]
@@ -307,37 +304,44 @@ class Outbox:
 
     async def _run(self) -> None:
         failures = 0
-        failing_since = 0.0
         while not self._closing:
             if not self._latest and not self._all and not self._unsure:
                 self._idle.set()
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            batch = self._take_batch()
-            results = await asyncio.gather(*(self._send(it) for it in batch))
-            failed = [(it, r) for it, r in zip(batch, results, strict=True) if r is not None]
-            self.stats.published += len(batch) - len(failed)
-            if not failed:
+            if not await self._send_batch(failures + 1):
                 failures = 0
                 continue
-            # Put back in reverse so the oldest keep their place at the front.
-            for it, exc in reversed(failed):
-                self._requeue(it, unsure=_outcome_unknown(exc))
             failures += 1
-            now = time.monotonic()
-            if failures == 1:
-                failing_since = now
-            elif self._switch_after is not None and now - failing_since >= self._switch_after:
-                failing_since = now
-                if await switch_server(self._nc, f"no JetStream ack for "
-                                                 f"{self._switch_after:g}s"):
-                    self.stats.switched += 1
-            self.stats.last_error = f"{failed[0][0].subject}: {failed[0][1]!r}"
-            if failures == 1 or failures % 50 == 0:
-                log.warning("publish failed (%s); %d message(s) kept for retry",
-                            self.stats.last_error, self.pending)
-            state = tenacity.RetryCallState(tenacity.AsyncRetrying(), None, (), {})
-            state.attempt_number = failures
-            # Bounded back-off before the next attempt; new puts do not cut it short.
-            await asyncio.sleep(_backoff(state))
+            # The policy's back-off (`bus.retry.PUBLISH`) before the next attempt; new
+            # puts do not cut it short.  (A loop, not a tenacity spell per batch: ~30 µs
+            # a batch saved on the path every report takes.)
+            await asyncio.sleep(PUBLISH.delay(failures))
+
+    async def _send_batch(self, attempt: int) -> bool:
+        """Send one batch; whether some of it failed (retriable: put back to retry).
+
+        `attempt`: this is the attempt after `attempt - 1` failed batches in a row.
+        """
+        batch = self._take_batch()
+        results = await asyncio.gather(*(self._send(it) for it in batch))
+        failed = [(it, r) for it, r in zip(batch, results, strict=True) if r is not None]
+        self.stats.published += len(batch) - len(failed)
+        if not failed:
+            return False
+        # Put back in reverse so the oldest keep their place at the front.
+        for it, exc in reversed(failed):
+            self._requeue(it, unsure=_outcome_unknown(exc))
+        now = time.monotonic()
+        if attempt == 1:
+            self._failing_since = now
+        elif self._switch_after is not None and now - self._failing_since >= self._switch_after:
+            self._failing_since = now
+            if await switch_server(self._nc, f"no JetStream ack for {self._switch_after:g}s"):
+                self.stats.switched += 1
+        self.stats.last_error = f"{failed[0][0].subject}: {failed[0][1]!r}"
+        if attempt == 1 or attempt % 50 == 0:
+            log.warning("publish failed (%s); %d message(s) kept for retry",
+                        self.stats.last_error, self.pending)
+        return True

@@ -18,12 +18,12 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-import nats.errors
 import nats.js.errors
-import tenacity
 from nats.aio.client import Client
 
+from bus.errors import NATS_FAILURES
 from bus.ordered import StoredMessage
+from bus.retry import PUBLISH
 
 
 async def still_holds(nc: Client, stream: str, seq: int, subject: str, data: bytes, *,
@@ -37,13 +37,7 @@ async def still_holds(nc: Client, stream: str, seq: int, subject: str, data: byt
     `give_up_after` seconds.
     """
     js = nc.jetstream(timeout=2.0)
-    async for attempt in tenacity.AsyncRetrying(
-        stop=tenacity.stop_after_delay(give_up_after),
-        wait=tenacity.wait_exponential(multiplier=0.05, max=2.0) + tenacity.wait_random(0, 0.1),
-        retry=tenacity.retry_if_exception_type((nats.errors.Error, TimeoutError))
-        & tenacity.retry_if_not_exception_type(nats.js.errors.NotFoundError),
-        reraise=True,
-    ):
+    async for attempt in PUBLISH.retrying(seconds=give_up_after):
         with attempt:
             info = await js.stream_info(stream)
             if info.state.last_seq < seq:
@@ -74,7 +68,7 @@ async def lost(nc: Client, seen: dict[str, Seen | None], *, who: str,
         for stream, last in seen.items():
             if last is not None and not await still_holds(nc, stream, *last):
                 out.append(f"{stream} seq {last[0]}")
-    except (nats.errors.Error, TimeoutError) as exc:
+    except NATS_FAILURES as exc:
         log.warning("%s: cannot check %s after a reconnect: %r", who, ", ".join(seen), exc)
         return None
     if out:

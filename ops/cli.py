@@ -22,11 +22,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import nats.errors
-import nats.js.errors
-
 import ops.commands
-from bus.connection import NO_STREAMS, describe
+from bus.errors import BUS_FAILURES, as_crr_error, describe
 from ops.telemetry import configure_telemetry
 from schemas.errors import CatalogError, CrrError, ExpressionError
 
@@ -124,17 +121,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_REPORTED: tuple[type[BaseException], ...] = (CrrError, *BUS_FAILURES)
+"""What a command's failure may be (said in one line): crr's errors, and nats-py's or the
+OS's that escaped a command's `connect()`."""
+
+
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, CatalogError):
         return str(exc)  # a catalog error lists every problem, one per line
     if isinstance(exc, ExpressionError):
         return exc.pretty()
-    if isinstance(exc, nats.js.errors.NoStreamResponseError | nats.errors.NoRespondersError):
-        return NO_STREAMS  # a JetStream publish that no stream captured
-    if isinstance(exc, nats.errors.MaxPayloadError):
-        return ("message larger than the server's max_payload (1 MiB by default): "
-                + describe(exc))
-    return describe(exc)
+    # A nats-py error that escaped a command's `connect()` says it in crr's words
+    # (e.g. a JetStream publish no stream captured: "no crr streams on this server").
+    return describe(as_crr_error(exc))
 
 
 def _quiet_broken_pipe() -> int:
@@ -175,7 +174,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return 130
     except BrokenPipeError:
         raise
-    except (CrrError, OSError, nats.errors.Error, nats.js.errors.Error) as exc:
+    except _REPORTED as exc:
         print(f"crr {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 1
     sys.stdout.flush()

@@ -48,8 +48,8 @@ Health (DESIGN §4), published when the state (or exit code) changes:
 - `stopped`: the reporter was removed from the catalog, or the agent stopped.
 
 Backoff: a failure delays the next run by a full-jitter exponential delay
-between `backoff_floor` and `min(backoff_cap, floor·2ⁿ⁻¹)` (tenacity's
-`wait_random_exponential`); a periodic reporter also waits at least its
+between `backoff_floor` and `min(backoff_cap, floor·2ⁿ⁻¹)` (`bus.retry.Backoff`
+with `full_jitter`); a periodic reporter also waits at least its
 interval.  A usable report resets the count.
 
 Nothing a script does may crash the agent: every run is guarded.
@@ -67,8 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tenacity
-
+from bus.retry import Backoff
 from producers.observe import RunObserver
 from producers.publisher import ReporterPublisher
 from producers.script_output import (
@@ -179,9 +178,8 @@ class ReporterRunner:
         self.failures = 0
         self.runs = 0
         self._last_health: tuple[HealthState, int | None] | None = None
-        self._wait = tenacity.wait_random_exponential(
-            multiplier=self.spec.backoff_floor, max=self.spec.backoff_cap,
-            min=self.spec.backoff_floor)
+        self._backoff = Backoff(first=self.spec.backoff_floor, cap=self.spec.backoff_cap,
+                                full_jitter=True)
         self._proc: ScriptProcess | None = None
         self._task: asyncio.Task[None] | None = None
         self._inventory_devices: list[Device] | None = None
@@ -237,10 +235,8 @@ class ReporterRunner:
             log.warning("reporter %s: %s%s", self.name, state, f" ({detail})" if detail else "")
 
     def backoff(self, failures: int) -> float:
-        """Seconds to wait after `failures` consecutive failures (tenacity, full jitter)."""
-        retry_state = tenacity.RetryCallState(tenacity.AsyncRetrying(), None, (), {})
-        retry_state.attempt_number = max(1, failures)
-        return float(self._wait(retry_state))
+        """Seconds to wait after `failures` consecutive failures (`bus.retry`, full jitter)."""
+        return self._backoff.delay(failures)
 
     def _count_failure(self, outcome: Outcome) -> bool:
         """Record a failed run; True if the reporter is now quarantined."""

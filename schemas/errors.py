@@ -61,19 +61,98 @@ class ExpressionError(CrrError, ValueError):
 
 
 class BusError(CrrError, ConnectionError):
-    """Talking to NATS failed."""
+    """Talking to NATS failed.
+
+    `bus.errors` maps every nats-py error (and a timeout or `OSError` of a NATS
+    call) to this class or one of its sub-classes, so code outside `bus/` never
+    catches a raw `nats.errors.Error`.  The original stays in `__cause__`.
+    """
 
     retriable = True
 
 
 class NotConnectedError(BusError):
-    """No NATS server could be reached (yet)."""
+    """No NATS server could be reached (yet), or the connection is down or closing."""
 
 
 class AuthError(BusError):
     """The server refused our credentials or a publish permission; retrying will not help."""
 
     retriable = False
+
+
+class BusTimeoutError(BusError, TimeoutError):
+    """No answer in time: a request, a JetStream ack, or a connection gone stale.
+
+    Whether the server acted on what was sent is unknown; retrying (with the same
+    `Nats-Msg-Id`) is safe and may help.
+    """
+
+    retriable = True
+
+
+class NoRespondersError(BusError):
+    """Nobody answers on the subject: no JetStream stream captures it (start `crr
+    projector`, which creates the streams), or no service is subscribed yet."""
+
+    retriable = True
+
+
+class MessageTooLargeError(BusError, ValueError):
+    """The message exceeds the server's `max_payload`; retrying will not help."""
+
+    retriable = False
+
+
+class JetStreamError(BusError):
+    """The JetStream API answered with an error.
+
+    `code` is the HTTP-like status (404, 400, 503…), `err_code` JetStream's own
+    number (10059 "stream not found"…).  A server-side failure (`code` >= 500:
+    no leader during an election, the store busy) is retriable; a refusal of the
+    request itself is not.
+    """
+
+    def __init__(self, message: str, *, code: int | None = None, err_code: int | None = None,
+                 where: str | None = None) -> None:
+        self.code = code
+        self.err_code = err_code
+        self.retriable = code is not None and code >= 500
+        super().__init__(message, where=where)
+
+
+class NotFoundOnServerError(JetStreamError, LookupError):
+    """JetStream has no such thing: a message (none on that subject or sequence), a
+    consumer, or a stream (`StreamNotFoundError`)."""
+
+
+class StreamNotFoundError(NotFoundOnServerError):
+    """The stream does not exist (JetStream err_code 10059)."""
+
+
+class WrongLastSequenceError(JetStreamError):
+    """A write expecting a last (subject) sequence was refused: someone wrote since
+    (err_code 10071).  The projector's fence: the lease moved on."""
+
+
+class SequenceCheckBusyError(JetStreamError):
+    """A clustered stream refused a sequence-checked write only because another one on
+    the same subject is in flight (err_code 10164): retriable."""
+
+    def __init__(self, message: str, *, code: int | None = None, err_code: int | None = None,
+                 where: str | None = None) -> None:
+        super().__init__(message, code=code, err_code=err_code, where=where)
+        self.retriable = True
+
+
+class DuplicateInProcessError(JetStreamError):
+    """A message with this `Nats-Msg-Id` is still being stored (an earlier attempt, err_code
+    10158): retriable; the retry is either stored or acknowledged as a duplicate."""
+
+    def __init__(self, message: str, *, code: int | None = None, err_code: int | None = None,
+                 where: str | None = None) -> None:
+        super().__init__(message, code=code, err_code=err_code, where=where)
+        self.retriable = True
 
 
 class StreamConfigError(CrrError, RuntimeError):

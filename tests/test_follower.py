@@ -16,7 +16,7 @@ from bus.connection import connect
 from bus.follower import Follower, load_compacted
 from bus.ordered import StoredMessage
 from bus.server import NatsServer
-from schemas.errors import CrrError
+from schemas.errors import CrrError, StreamNotFoundError
 from tests.fault_support import eventually
 
 STREAM = "FOLLOW_TEST"
@@ -205,10 +205,12 @@ async def test_load_compacted_reads_last_per_subject(nc: Client) -> None:
 
 
 async def test_load_compacted_on_a_missing_stream_fails_clearly(nc: Client) -> None:
-    """No such stream: the server's NotFoundError at once, not a hang."""
-    with pytest.raises(nats.js.errors.NotFoundError, match="stream not found"):
+    """No such stream: StreamNotFoundError at once (the server's NotFoundError as its
+    cause), not a hang."""
+    with pytest.raises(StreamNotFoundError, match="NO_SUCH_STREAM: no crr streams") as caught:
         await load_compacted(nc, stream="NO_SUCH_STREAM", subject="zz.>",
                              handler=lambda _m: None, timeout=2)
+    assert isinstance(caught.value.__cause__, nats.js.errors.NotFoundError)
 
 
 async def test_a_stateless_follower_still_tells_load_from_live(nc: Client) -> None:

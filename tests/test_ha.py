@@ -12,8 +12,9 @@ import nats.js.errors
 import pytest
 from nats.aio.client import Client
 
+from bus.errors import WRONG_LAST_SEQUENCE
 from bus.ordered import OrderedReader, StoredMessage
-from ops.services.lease import WRONG_LAST_SEQUENCE, Lease
+from ops.services.lease import Lease
 from ops.services.projector import Projector
 from schemas.errors import LeaseLostError
 from schemas.subjects import SNAPSHOT_STREAM

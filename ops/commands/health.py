@@ -19,15 +19,15 @@ import time
 from typing import Any
 
 import msgspec
-import nats.errors
-import nats.js.errors
 
-from bus.connection import connect, describe
+from bus.connection import connect
+from bus.errors import describe, nats_errors
 from ops.services.deadletters import count_deadletters, read_deadletters
 from ops.services.liveness import liveness_now, warn_unless_live
 from ops.services.reporter_health import ReporterHealth, reporter_rows, with_deadletters
 from ops.services.snapshot_reader import read_snapshot
 from schemas.duration import parse_duration
+from schemas.errors import BusError
 
 log = logging.getLogger("crr.health")
 
@@ -94,8 +94,9 @@ async def run(args: argparse.Namespace) -> int:
         contents = await read_snapshot(nc)
         try:
             window = getattr(args, "deadletters_since", _DEADLETTER_WINDOW)
-            letters = await read_deadletters(nc, time.time() - window)
-        except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+            with nats_errors():
+                letters = await read_deadletters(nc, time.time() - window)
+        except (BusError, TimeoutError) as exc:
             print(f"crr health: dead letters not read ({describe(exc)})", file=sys.stderr)
             letters = []
     live = (warn_unless_live(contents.projectors, "health") if args.json

@@ -13,13 +13,18 @@ import asyncio
 from collections.abc import Iterable
 
 import msgspec
-import nats.js.errors
 from nats.aio.client import Client
 
-from bus.connection import is_stream_not_found
+from bus.errors import nats_errors
 from bus.ordered import OrderedReader, StoredMessage
 from schemas.codec import decode
-from schemas.errors import CrrTimeoutError, PayloadError, SubjectError
+from schemas.errors import (
+    CrrTimeoutError,
+    NotFoundOnServerError,
+    PayloadError,
+    StreamNotFoundError,
+    SubjectError,
+)
 from schemas.events import DeadLetter
 from schemas.subjects import DEADLETTER, EVENTS_STREAM, parse_event_subject, published_subject
 
@@ -62,9 +67,10 @@ async def read_deadletters(nc: Client, since: float, timeout: float = 30.0) -> l
     with one direct get), so an empty window costs one request.
     """
     try:
-        newest = await nc.jetstream().get_last_msg(EVENTS_STREAM, DEADLETTER)
-    except nats.js.errors.NotFoundError as exc:
-        if is_stream_not_found(exc):
+        with nats_errors():
+            newest = await nc.jetstream().get_last_msg(EVENTS_STREAM, DEADLETTER)
+    except NotFoundOnServerError as exc:
+        if isinstance(exc, StreamNotFoundError):
             raise
         return []  # no dead letter at all
     if newest.seq is None or (newest.time is not None and newest.time.timestamp() < since):

@@ -35,13 +35,13 @@ import time
 import uuid
 from dataclasses import dataclass
 
-import nats.js.errors
 from nats.aio.client import Client
 
+from bus.errors import nats_errors
 from bus.ordered import OrderedReader, StoredMessage
 from projections.coverage import Coverage
 from schemas.codec import decode, encode
-from schemas.errors import CrrError, CrrTimeoutError
+from schemas.errors import CrrError, CrrTimeoutError, NotFoundOnServerError
 from schemas.events import Forget
 from schemas.snapshot import ProjectorStatus
 from schemas.subjects import (
@@ -90,8 +90,10 @@ def _host_filter(host: str) -> str:
 
 async def _has_record(nc: Client, host: str) -> bool:
     try:
-        msg = await nc.jetstream().get_last_msg(SNAPSHOT_STREAM, host_snapshot_subject(host))
-    except nats.js.errors.NotFoundError:
+        with nats_errors():
+            msg = await nc.jetstream().get_last_msg(SNAPSHOT_STREAM,
+                                                    host_snapshot_subject(host))
+    except NotFoundOnServerError:
         return False
     return bool(msg.data)
 

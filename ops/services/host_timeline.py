@@ -14,15 +14,15 @@ import asyncio
 import math
 from typing import Final
 
-import nats.js.errors
 from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
+from bus.errors import nats_errors
 from bus.ordered import OrderedReader, StoredMessage
 from ops.services.replay import stream_range
 from projections.envelope import Envelope
 from projections.timeline import HostTimeline, replay_timeline
-from schemas.errors import CrrError
+from schemas.errors import CrrError, NotFoundOnServerError
 from schemas.subjects import (
     CATALOG,
     EVENTS_STREAM,
@@ -40,8 +40,9 @@ READ_TIMEOUT: Final = 30.0
 async def retention(nc: Client) -> float:
     """CRR_EVENTS' `max_age` in seconds (+inf when unlimited); CrrError without the stream."""
     try:
-        info = await nc.jetstream().stream_info(EVENTS_STREAM)
-    except nats.js.errors.NotFoundError:
+        with nats_errors():
+            info = await nc.jetstream().stream_info(EVENTS_STREAM)
+    except NotFoundOnServerError:
         raise CrrError(f"stream {EVENTS_STREAM} does not exist (is a projector running?)"
                        ) from None
     max_age = info.config.max_age

@@ -30,7 +30,7 @@ future never resolves when the server refuses a message (nats-py #985).
 
 On a clustered (R3) stream the server lets only one message that checks a
 given subject's last sequence be in flight at a time: a second one is refused
-at once with "wrong last sequence" code 10164 (`is_fence_busy`), not 10071.
+at once with "wrong last sequence" code 10164 (`SequenceCheckBusyError`), not 10071.
 That is no verdict on the lease: a busy refusal is retried (writes) or taken
 as "someone else is writing the lease" (a standby's acquire attempt).
 """
@@ -44,29 +44,26 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 import msgspec
-import nats.errors
-import nats.js.errors
 from nats.aio.client import Client
 
-from schemas.errors import CrrError, LeaseLostError
+from bus.errors import nats_errors
+from schemas.errors import (
+    BusError,
+    CrrError,
+    LeaseLostError,
+    NotFoundOnServerError,
+    SequenceCheckBusyError,
+    WrongLastSequenceError,
+)
 from schemas.subjects import SNAPSHOT_STREAM, lease_subject
 from schemas.wire_time import format_time
 
 log = logging.getLogger("crr.lease")
 
 DEFAULT_TTL = 3.0
-WRONG_LAST_SEQUENCE = 10071
-"""JetStream error code of a refused `Nats-Expected-Last-Subject-Sequence`."""
-SEQUENCE_CHECK_BUSY = 10164
-"""JetStream error code (clustered streams) of a sequence check refused because another
-message checking the same subject is still in flight: retriable, not a refusal."""
 EXPECTED_SEQ = "Nats-Expected-Last-Subject-Sequence"
 EXPECTED_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 MIN_SERVER = (2, 11)
-
-_TRANSIENT = (nats.errors.Error, nats.js.errors.ServiceUnavailableError,
-              nats.js.errors.NoStreamResponseError, TimeoutError)
-
 
 class LeaseRecord(msgspec.Struct, frozen=True, kw_only=True):
     """Payload of the lease subject: who holds it (None: released), since which takeover."""
@@ -81,21 +78,6 @@ class LeaseRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 _encoder = msgspec.json.Encoder(order="sorted")
 _decoder = msgspec.json.Decoder(LeaseRecord)
-
-
-def is_fence_refusal(exc: BaseException) -> bool:
-    """True if `exc` is the server refusing a fenced write (the lease moved on)."""
-    return isinstance(exc, nats.js.errors.APIError) and exc.err_code == WRONG_LAST_SEQUENCE
-
-
-def is_fence_busy(exc: BaseException) -> bool:
-    """True if `exc` is a clustered stream refusing a fenced write only because another
-    fenced write (or lease update) is in flight: retry it (see the module doc)."""
-    return isinstance(exc, nats.js.errors.APIError) and exc.err_code == SEQUENCE_CHECK_BUSY
-
-
-def _retriable(exc: BaseException) -> bool:
-    return isinstance(exc, _TRANSIENT) or is_fence_busy(exc)
 
 
 def check_server_version(nc: Client) -> None:
@@ -143,8 +125,9 @@ class Lease:
     async def observe(self) -> tuple[int, LeaseRecord | None]:
         """(sequence, record) of the lease as the stream holds it now; (0, None) if none."""
         try:
-            msg = await self._js.get_last_msg(self.stream, self.subject)
-        except nats.js.errors.NotFoundError:
+            with nats_errors():
+                msg = await self._js.get_last_msg(self.stream, self.subject)
+        except NotFoundOnServerError:
             return 0, None
         rec = None
         if msg.data:
@@ -169,8 +152,9 @@ class Lease:
     # -- acquiring --------------------------------------------------------
 
     async def _publish(self, rec: LeaseRecord, expected: int) -> int:
-        ack = await self._js.publish(self.subject, _encoder.encode(rec),
-                                     headers={EXPECTED_SEQ: str(expected)})
+        with nats_errors():
+            ack = await self._js.publish(self.subject, _encoder.encode(rec),
+                                         headers={EXPECTED_SEQ: str(expected)})
         return int(ack.seq)
 
     async def try_acquire(self, expected: int, previous: LeaseRecord | None) -> bool:
@@ -179,10 +163,8 @@ class Lease:
                           ttl=self.ttl, at=format_time(time.time()))
         try:
             seq = await self._publish(rec, expected)
-        except nats.js.errors.APIError as exc:
-            if is_fence_refusal(exc) or is_fence_busy(exc):
-                return False
-            raise
+        except (WrongLastSequenceError, SequenceCheckBusyError):
+            return False
         self.seq, self.epoch, self.held = seq, rec.epoch, True
         self._renewed_at = time.monotonic()
         self.takeovers += 1
@@ -205,8 +187,8 @@ class Lease:
                 if (rec is None or rec.holder is None or rec.holder == self.holder or expired) \
                         and await self.try_acquire(seq, rec):
                     return True
-            except Exception as exc:
-                if not _retriable(exc):
+            except BusError as exc:
+                if not exc.retriable:
                     raise
                 log.info("lease %s: cannot observe (%s); retrying", self.subject, exc)
             if stop is None:
@@ -227,11 +209,9 @@ class Lease:
                               at=format_time(time.time()))
             try:
                 self.seq = await self._publish(rec, self.seq)
-            except nats.js.errors.APIError as exc:
-                if is_fence_refusal(exc):
-                    self._lose("another projector took the lease")
-                    raise LeaseLostError(f"{self.holder} lost {self.subject}") from exc
-                raise
+            except WrongLastSequenceError as exc:
+                self._lose("another projector took the lease")
+                raise LeaseLostError(f"{self.holder} lost {self.subject}") from exc
             self._renewed_at = time.monotonic()
 
     def _lose(self, why: str) -> None:
@@ -253,8 +233,8 @@ class Lease:
                 await self.renew()
             except LeaseLostError:
                 return
-            except Exception as exc:
-                if not _retriable(exc):
+            except BusError as exc:
+                if not exc.retriable:
                     raise
                 if time.monotonic() - self._renewed_at >= self.ttl:
                     # A standby may have taken over meanwhile; the server would refuse
@@ -286,6 +266,6 @@ class Lease:
                           at=format_time(time.time()))
         try:
             await self._publish(rec, self.seq)
-        except (nats.js.errors.APIError, *_TRANSIENT) as exc:
+        except BusError as exc:
             log.info("could not release %s (%s); it expires after %gs", self.subject, exc,
                      self.ttl)

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 
-import nats.js.errors
 from nats.js.client import JetStreamContext
 
-from schemas.errors import CrrTimeoutError
+from bus.errors import nats_errors
+from schemas.errors import CrrTimeoutError, NotFoundOnServerError
 from schemas.subjects import EVENTS_STREAM
 
 
@@ -105,7 +105,8 @@ class Position:
     async def _next_of(self, subject: str, seq: int) -> int | None:
         """The first CRR_EVENTS sequence >= `seq` on `subject` (a filter), None: none yet."""
         try:
-            m = await self._js.get_msg(EVENTS_STREAM, seq=seq, subject=subject, next=True)
-        except nats.js.errors.NotFoundError:
+            with nats_errors():
+                m = await self._js.get_msg(EVENTS_STREAM, seq=seq, subject=subject, next=True)
+        except NotFoundOnServerError:
             return None
         return int(m.seq or 0) or None

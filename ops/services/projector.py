@@ -55,16 +55,15 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 import msgspec
-import nats.errors
-import nats.js.errors
-import tenacity
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from bus import tracing
 from bus.connection import add_reconnect_listener
+from bus.errors import nats_errors
 from bus.ordered import OrderedReader, StoredMessage
+from bus.retry import SNAPSHOT_WRITE, TAKEOVER_READ
 from bus.stream_check import Generations, Seen, lost
 from bus.streams import StreamSettings, provision, stored_partitions
 from ops.services.checkpoint_read import RawRecords, load_checkpoint
@@ -78,7 +77,7 @@ from projections.envelope import Envelope
 from projections.fold import Changes, apply, expire, next_deadline
 from projections.state import ProjectionState, cluster_record, host_names, host_record
 from schemas.codec import DECODERS, encode
-from schemas.errors import CrrError, LeaseLostError, StreamConfigError
+from schemas.errors import BusError, CrrError, CrrTimeoutError, LeaseLostError, StreamConfigError
 from schemas.events import DeadLetter
 from schemas.snapshot import CHECKPOINT_FORMAT, ProjectorStatus
 from schemas.subjects import (
@@ -457,8 +456,9 @@ class Projector:
         self._held = []
         self._flushed.clear()
         try:
-            await self._writer.write(records(), letters)
-        except (nats.errors.Error, nats.js.errors.Error, TimeoutError, LeaseLostError) as exc:
+            with nats_errors():
+                await self._writer.write(records(), letters)
+        except (BusError, CrrTimeoutError, LeaseLostError) as exc:
             # Put everything back; the next round retries (the fold state is intact).
             log.warning("snapshot write failed (%s); will retry", exc)
             self._dirty.merge(Changes(hosts=frozenset(dirty.hosts), cluster=dirty.cluster,
@@ -565,16 +565,10 @@ class Projector:
             return False
         # The previous writer may have written anything: reload, then rewrite the differences.
         # (Taking over often happens while the cluster elects a new stream leader: retry.)
-        async for attempt in tenacity.AsyncRetrying(
-                retry=tenacity.retry_if_exception_type(
-                    (nats.errors.Error, nats.js.errors.Error, TimeoutError)),
-                stop=tenacity.stop_after_delay(60), reraise=True,
-                wait=tenacity.wait_exponential(multiplier=0.05, max=1.0),
-                before_sleep=lambda rs: log.warning(
-                    "projector %s: cannot read %s after taking the lease (%r); retrying",
-                    self.projector_id, SNAPSHOT_STREAM,
-                    rs.outcome.exception() if rs.outcome else None)):
-            with attempt:
+        async for attempt in TAKEOVER_READ.retrying(
+                seconds=60, log=log, what=f"projector {self.projector_id}: cannot read "
+                                          f"{SNAPSHOT_STREAM} after taking the lease"):
+            with attempt, nats_errors():
                 self._writer.written.clear()
                 await self._load_written()
         if self._lazy is not None:
@@ -752,10 +746,11 @@ class Projector:
             # Initial load done: bring expiry up to now, then write the differences only.
             self._expire(tick())
             try:
-                await self._flush()
+                with nats_errors():
+                    await self._flush()
             except LeaseLostError:
                 pass  # deposed already: back to standby in the loop
-            except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+            except (BusError, CrrTimeoutError) as exc:
                 # (A cluster electing a leader, a refused write): the loop retries it.
                 log.warning("initial snapshot write failed (%r); retrying", exc)
             if self._gc_freeze:
@@ -783,7 +778,8 @@ class Projector:
                 self._wake.clear()
                 try:
                     if self._resync:
-                        await self._rebuild()
+                        with nats_errors():
+                            await self._rebuild()
                         next_status = 0.0
                     now = tick()
                     self._expire(now)
@@ -792,12 +788,14 @@ class Projector:
                     wrote = bool(self._dirty or self._deadletters
                                  or self._pos.applied > self._pos.written)
                     if wrote:
-                        await self._flush()
+                        with nats_errors():
+                            await self._flush()
                     # Status after every flush, so readers of CRR_SNAPSHOT learn the
                     # position right behind the records it covers (stream order).
                     if wrote or now >= next_status or self._status_due:
                         self._status_due = False
-                        await self._write_status(now)
+                        with nats_errors():
+                            await self._write_status(now)
                         next_status = now + self._status_interval
                     failures = 0
                     if self._gc_freeze and len(self.state.hosts) > max(
@@ -805,14 +803,17 @@ class Projector:
                         self._freeze_gc()
                 except LeaseLostError:
                     continue  # deposed: back to standby at the top of the loop
-                except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+                except (BusError, CrrTimeoutError) as exc:
+                    # A service keeps running: even a refusal (the store full) is retried,
+                    # said at ERROR when the error says retrying alone will not help.
                     failures += 1
                     if failures == 1 or failures % 50 == 0:
                         # Status writes fail too when the store is full: say so, not only
                         # when a record write fails (which _flush logs).
-                        log.warning("snapshot write failed (%r); retrying (failure %d)",
-                                    exc, failures)
-                    await asyncio.sleep(min(2.0, 0.05 * 2 ** min(failures, 6)))
+                        log.log(logging.WARNING if exc.retriable else logging.ERROR,
+                                "snapshot write failed (%r); retrying (failure %d)",
+                                exc, failures)
+                    await asyncio.sleep(SNAPSHOT_WRITE.delay(failures))
             graceful = True
         finally:
             relay.cancel()
@@ -820,7 +821,7 @@ class Projector:
                 refiner.cancel()
             remove_listener()
             if self._peers is not None:
-                with contextlib.suppress(nats.errors.Error):
+                with contextlib.suppress(BusError), nats_errors():
                     await self._peers.unsubscribe()
                 self._peers = None
             if self._check is not None:

@@ -35,20 +35,26 @@ from pathlib import Path
 from typing import BinaryIO, Final
 
 import msgspec
-import nats.js.errors
-import tenacity
 from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
+from bus.errors import nats_errors
 from bus.follower import load_compacted
 from bus.ordered import OrderedReader, StoredMessage
+from bus.retry import TORN_READ
 from ops.progress import Progress
 from projections.coverage import Coverage
 from projections.envelope import Envelope
 from projections.history import Replay
 from schemas.codec import decode
 from schemas.duration import parse_duration
-from schemas.errors import CrrError, CrrTimeoutError, DurationError, PayloadError
+from schemas.errors import (
+    CrrError,
+    CrrTimeoutError,
+    DurationError,
+    NotFoundOnServerError,
+    PayloadError,
+)
 from schemas.snapshot import ProjectorStatus
 from schemas.subjects import (
     CATALOG,
@@ -277,8 +283,9 @@ class StreamRange:
 
 async def _msg_time(nc: Client, seq: int) -> float | None:
     try:
-        msg = await nc.jetstream().get_msg(EVENTS_STREAM, seq=seq, next=True)
-    except nats.js.errors.NotFoundError:
+        with nats_errors():
+            msg = await nc.jetstream().get_msg(EVENTS_STREAM, seq=seq, next=True)
+    except NotFoundOnServerError:
         return None
     return msg.time.timestamp() if msg.time is not None else None
 
@@ -286,8 +293,9 @@ async def _msg_time(nc: Client, seq: int) -> float | None:
 async def stream_range(nc: Client) -> StreamRange:
     """The range of CRR_EVENTS now (CrrError if the stream does not exist)."""
     try:
-        info = await nc.jetstream().stream_info(EVENTS_STREAM)
-    except nats.js.errors.NotFoundError:
+        with nats_errors():
+            info = await nc.jetstream().stream_info(EVENTS_STREAM)
+    except NotFoundOnServerError:
         raise CrrError(f"stream {EVENTS_STREAM} does not exist (is a projector or "
                        "`crr server` provisioning it?)") from None
     st = info.state
@@ -372,8 +380,12 @@ async def read_snapshot_bytes(nc: Client, timeout: float = 30.0) -> dict[str, tu
     return out
 
 
-class _Torn(Exception):
-    """CRR_SNAPSHOT was read while the projector was writing (a record after the status)."""
+class _Torn(CrrError):
+    """CRR_SNAPSHOT was read while the projector was writing (a record after the status).
+
+    Retriable: the next read usually finds the flush done."""
+
+    retriable = True
 
 
 def _cut_of(raw: dict[str, tuple[int, bytes]]) -> tuple[list[ProjectorStatus], dict[str, bytes]]:
@@ -404,7 +416,7 @@ def _cut_of(raw: dict[str, tuple[int, bytes]]) -> tuple[list[ProjectorStatus], d
                or s in (SNAPSHOT_CATALOG, SNAPSHOT_CLUSTER)}
     for subject, (seq, _) in records.items():
         if seq > status_seq[None if n == 1 else owner(subject, n)]:
-            raise _Torn
+            raise _Torn(f"{subject} is newer than its projector's status")
     return current, {s: b for s, (_, b) in records.items()}
 
 
@@ -417,11 +429,7 @@ async def read_consistent_cut(nc: Client) -> tuple[list[ProjectorStatus], dict[s
     status belongs to a flush still in progress, and the read is retried (bounded).
     """
     try:
-        async for attempt in tenacity.AsyncRetrying(
-                stop=tenacity.stop_after_attempt(20),
-                wait=(tenacity.wait_exponential(multiplier=0.02, max=0.5)
-                      + tenacity.wait_random(0, 0.05)),
-                retry=tenacity.retry_if_exception_type(_Torn), reraise=True):
+        async for attempt in TORN_READ.retrying(attempts=20, on=(_Torn,)):
             with attempt:
                 return _cut_of(await read_snapshot_bytes(nc))
     except _Torn:

@@ -22,14 +22,13 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Literal
 
-import nats.errors
-import nats.js.errors
 from nats.aio.client import Client
 
+from bus.errors import nats_errors
 from bus.ordered import OrderedReader, StoredMessage
 from ops.services.snapshot_reader import SnapshotContents, absorb
 from schemas.codec import decode
-from schemas.errors import CrrTimeoutError, PayloadError
+from schemas.errors import BusError, CrrTimeoutError, NotFoundOnServerError, PayloadError
 from schemas.events import DeadLetter
 from schemas.snapshot import ClusterSnapshot, HostSnapshot
 from schemas.subjects import (
@@ -133,8 +132,9 @@ async def find_deadletter(nc: Client, seq: int) -> DeadLetter | None:
     at = seq
     for _ in range(_DEADLETTER_SCAN):
         try:
-            msg = await js.get_msg(EVENTS_STREAM, seq=at, subject=DEADLETTER, next=True)
-        except nats.js.errors.NotFoundError:
+            with nats_errors():
+                msg = await js.get_msg(EVENTS_STREAM, seq=at, subject=DEADLETTER, next=True)
+        except NotFoundOnServerError:
             return None
         if msg.data is None or msg.seq is None:
             return None
@@ -187,7 +187,7 @@ async def outcome(
         return found
     try:
         letter = await find_deadletter(nc, seq)
-    except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+    except BusError as exc:
         # e.g. reporter credentials, which may read the snapshot but not CRR_EVENTS
         return ReportOutcome("not_applied", reason=f"none of its values is in the snapshot; "
                              f"cannot read {DEADLETTER} to say why ({exc or type(exc).__name__})")

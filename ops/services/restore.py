@@ -27,10 +27,9 @@ import math
 from dataclasses import dataclass
 
 import msgspec
-import nats.errors
-import nats.js.errors
 from nats.js.client import JetStreamContext
 
+from bus.errors import nats_errors
 from ops.services.checkpoint_read import RawRecords
 from projections.checkpoint import (
     CheckpointError,
@@ -46,7 +45,7 @@ from projections.state import ProjectionState
 from schemas.catalog import Catalog
 from schemas.catalog_loader import catalog_from_wire
 from schemas.codec import DECODERS
-from schemas.errors import CatalogError, SubjectError
+from schemas.errors import BusError, CatalogError, SubjectError
 from schemas.snapshot import CHECKPOINT_FORMAT, ProjectorStatus
 from schemas.subjects import (
     CATALOG,
@@ -116,8 +115,9 @@ async def _catalog(js: JetStreamContext, raw: RawRecords, status: ProjectorStatu
         data = record[1]
     else:
         try:
-            msg = await js.get_msg(EVENTS_STREAM, seq=status.catalog_seq)
-        except (nats.js.errors.NotFoundError, nats.errors.Error) as exc:
+            with nats_errors():
+                msg = await js.get_msg(EVENTS_STREAM, seq=status.catalog_seq)
+        except BusError as exc:
             raise NotRestorable(f"the catalog the records were folded with (seq "
                                 f"{status.catalog_seq}) is no longer stored ({exc!r})") from None
         if msg.subject != CATALOG or msg.data is None:

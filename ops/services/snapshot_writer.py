@@ -17,17 +17,16 @@ import contextlib
 import itertools
 from collections.abc import Iterable, Iterator
 
-import nats.errors
-import nats.js.errors
-import tenacity
 from nats.aio.client import Client
 
 from bus import tracing
+from bus.errors import nats_errors
 from bus.pipeline_publish import PipelinePublisher
+from bus.retry import FENCE_BUSY
 from ops.services.checkpoint_read import RawRecords
-from ops.services.lease import Lease, is_fence_busy, is_fence_refusal
+from ops.services.lease import Lease
 from schemas.codec import encode
-from schemas.errors import LeaseLostError
+from schemas.errors import BusError, LeaseLostError, SequenceCheckBusyError, WrongLastSequenceError
 from schemas.events import DeadLetter
 from schemas.subjects import DEADLETTER, MSG_ID_HEADER, deadletter_msg_id
 
@@ -160,13 +159,13 @@ class SnapshotWriter:
             span = tracing.start_publish(subject, headers, parent=parent, size=len(data))
             headers = headers or None
         try:
-            ack = await self._js.publish(subject, data, headers=headers)
+            with nats_errors():
+                ack = await self._js.publish(subject, data, headers=headers)
             tracing.end_publish(span, seq=ack.seq)
         except BaseException as exc:
             tracing.end_publish(span, error=exc)
-            if not isinstance(exc, nats.js.errors.APIError):
-                raise
-            if headers is not None and self._lease is not None and is_fence_refusal(exc):
+            if (headers is not None and self._lease is not None
+                    and isinstance(exc, WrongLastSequenceError)):  # the fence
                 self._lease.lost()
                 raise LeaseLostError(f"write to {subject} refused: lease lost") from exc
             raise
@@ -199,15 +198,12 @@ class SnapshotWriter:
                                        return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         for exc in sorted(errors, key=lambda e: not isinstance(e, LeaseLostError)):
-            if not is_fence_busy(exc):
+            if not isinstance(exc, SequenceCheckBusyError):
                 raise exc
         busy = [rec for rec, r in zip(window, results, strict=True)
-                if isinstance(r, BaseException) and is_fence_busy(r)]
+                if isinstance(r, SequenceCheckBusyError)]
         for s, d in busy:
-            async for attempt in tenacity.AsyncRetrying(
-                    retry=tenacity.retry_if_exception(is_fence_busy), reraise=True,
-                    stop=tenacity.stop_after_attempt(10),
-                    wait=tenacity.wait_exponential(multiplier=0.002, max=0.2)):
+            async for attempt in FENCE_BUSY.retrying(attempts=10, on=(SequenceCheckBusyError,)):
                 with attempt:
                     await self.publish(s, d, fence)
 
@@ -243,7 +239,7 @@ class SnapshotWriter:
             return
         await pipe.flush(60.0)
         if pipe.stats.rejected != rejected or pipe.stats.failed != failed:
-            raise nats.errors.Error(f"pipelined publish failed: {pipe.stats.last_error}")
+            raise BusError(f"pipelined publish failed: {pipe.stats.last_error}")
         for subject, digest, data in sent:
             written.set(subject, data or b"", digest)
         self.writes += len(sent)
