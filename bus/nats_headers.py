@@ -86,12 +86,17 @@ def plain(headers: bytes | None) -> bool:
 ProcessHeaders = Callable[[Any], Awaitable[dict[str, str] | None]]
 
 
+def usable() -> bool:
+    """Whether `parse_headers` gives what this nats-py's header parsing gives."""
+    return (getattr(_client, "parse_email", None) is None
+            and bytes(getattr(_client, "NATS_HDR_LINE", b"")) == _HDR_LINE
+            and callable(getattr(Client, "_parse_header_lines", None)))
+
+
 def install(nc: Client) -> bool:
     """Make `nc` parse plain header blocks with `parse_headers`; whether it did."""
     original: ProcessHeaders | None = getattr(nc, "_process_headers", None)
-    if (original is None or getattr(_client, "parse_email", None) is not None
-            or bytes(getattr(_client, "NATS_HDR_LINE", b"")) != _HDR_LINE
-            or not callable(getattr(Client, "_parse_header_lines", None))):
+    if original is None or not usable():
         log.debug("nats-py's header parsing is not as expected: keeping it")
         return False
 

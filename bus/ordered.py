@@ -25,6 +25,7 @@ from nats.aio.subscription import Subscription
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from bus import tracing
+from bus.ordered_direct import Direct
 from schemas.errors import CrrTimeoutError
 
 log = logging.getLogger("crr.bus.ordered")
@@ -87,11 +88,16 @@ class OrderedReader:
         start_time: float | None = None,
         filter_subjects: list[str] | None = None,
         backpressure: bool = False,
+        direct: bool = False,
     ) -> None:
         """`backpressure`: answer the server's flow control only for *handled* messages
         (see `_hold_flow_control`), so while an (async) handler waits the backlog stays
-        in the stream instead of piling up in this process."""
+        in the stream instead of piling up in this process.  `direct` (with
+        `backpressure`): data messages are handled as they are read, without nats-py's
+        Msg, queue and task hop (`bus.ordered_direct`)."""
         self._nc = nc
+        self._want_direct = direct and backpressure
+        self._direct: Direct | None = None
         self._backpressure = backpressure
         self._handled = 0
         self._jsi: Any = None
@@ -128,7 +134,11 @@ class OrderedReader:
             config=config, idle_heartbeat=self._idle_heartbeat, pending_msgs_limit=1_000_000,
             pending_bytes_limit=1024 * 1024 * 1024,
         )
-        if self._backpressure:
+        if self._want_direct:
+            self._direct = Direct(self._nc, self._sub, self._on_direct)
+            if not self._direct.active:
+                self._direct = None
+        if self._backpressure and self._direct is None:
             self._hold_flow_control()
         info = await self._sub.consumer_info()
         # Nothing delivered yet (a start sequence counts as delivered up to just before it).
@@ -161,6 +171,30 @@ class OrderedReader:
         if pending == 0:
             self.ready.set()
 
+    def _on_direct(  # noqa: PLR0917 - a message's fields, once per message: no extra object
+            self, seq: int, ts: float, subject: str, data: bytes,
+            hdrs: dict[str, str] | None, pending: int) -> Awaitable[None] | None:
+        """`_on_msg` for a message taken as read (`bus.ordered_direct`): synchronous; an
+        awaitable when the handler must be waited for."""
+        self.received += 1
+        self.last_seq = seq
+        stored = StoredMessage(seq, ts, subject, data, hdrs, pending)
+        if hdrs is not None and self.ready.is_set() and tracing.is_traced(hdrs):
+            with tracing.consume(subject, hdrs, seq=seq, stream=self._stream, size=len(data)):
+                out = self._handler(stored)
+        else:
+            out = self._handler(stored)
+        if pending == 0:
+            if out is None:
+                self.ready.set()
+            else:
+                return self._ready_after(out)
+        return out
+
+    async def _ready_after(self, out: Awaitable[None]) -> None:
+        await out
+        self.ready.set()
+
     def _hold_flow_control(self) -> None:
         """Make nats-py answer flow control by messages handled, not merely received.
 
@@ -181,6 +215,14 @@ class OrderedReader:
 
     async def _on_msg_held(self, msg: Msg) -> None:
         """`_on_msg`, then answer a flow-control request the handled messages now cover."""
+        d = self._direct
+        if d is not None:
+            await d.before_callback()
+            try:
+                await self._on_msg(msg)
+            finally:
+                await d.after_callback()
+            return
         try:
             await self._on_msg(msg)
         finally:
@@ -202,6 +244,8 @@ class OrderedReader:
 
     async def stop(self) -> None:
         """Unsubscribe (deletes the ephemeral consumer)."""
+        if self._direct is not None:
+            self._direct.stop()
         if self._sub is not None:
             with contextlib.suppress(nats.errors.Error, nats.js.errors.Error, TimeoutError):
                 await self._sub.unsubscribe()

@@ -27,6 +27,7 @@ typed msgspec decoder) and for memory (50k hosts x 20 values):
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -350,32 +351,56 @@ def _one_batch(state: ProjectionState, rec: Record, scope: str) -> msgspec.Raw |
     if not n:
         return None
     head, tail = _form(reporter, b, _fmt(b.received_at), uniform)
-    flat: list[bytes] = [b""] * (4 * n)
-    flat[0::4] = _keys(b.order)
-    flat[1::4] = [head] * n
-    flat[2::4] = map(_encode, values)
-    flat[3::4] = [tail + b","] * n
-    flat[-1] = tail + b"}"
-    return msgspec.Raw(b"{" + b"".join(flat))
+    first, after = _joints(b.order, tail)
+    # head.join: `{"a":` head v1 `},"b":` head v2 ... head vn `}}` (tail = `}`, say).
+    parts = [first]
+    parts += map(operator.add, map(_encode, values), after)
+    return msgspec.Raw(head.join(parts))
 
 
 @functools.lru_cache(maxsize=256)
-def _keys(order: tuple[str, ...]) -> list[bytes]:
-    """`"name":` for each name, encoded (once per reporter and catalog)."""
+def _joints(order: tuple[str, ...], tail: bytes) -> tuple[bytes, list[bytes]]:
+    """What goes around the entries of a values object of the names `order` (sorted):
+    `{"first":`, and after each value its entry's tail, then `,"next":` or the final `}`
+    (once per reporter, catalog and entry tail)."""
     assert list(order) == sorted(order), "a full batch's names are sorted"
-    return [_encode(name) + b":" for name in order]
+    keys = [_encode(name) + b":" for name in order]
+    return b"{" + keys[0], [tail + b"," + k for k in keys[1:]] + [tail + b"}"]
 
 
 def _form(reporter: str, b: Batch, received: str, life: float) -> tuple[bytes, bytes]:
     """(head, tail) of an encoded fresh entry of batch `b` with lifetime `life`: the
-    entry of a value `v` is head + its encoding + tail."""
-    whole = _encode(ValueEntry(
-        value=_SENTINEL, state="fresh", reporter=reporter, observed_at=b.observed_at,
-        received_at=received, expires_at=_fmt(b.received_at + life), received_ts=b.received_at,
-        expires_ts=b.received_at + life))
-    head, found, tail = whole.rpartition(_SENTINEL_JSON)
-    assert found, "an entry's value is where the stand-in was encoded"
+    entry of a value `v` is head + its encoding + tail (built from `_entry_frame`)."""
+    p0, p1, p2, p3, p4, p5, tail = _entry_frame(reporter)
+    expires = b.received_at + life
+    head = b"".join((p0, _encode(_fmt(expires)), p1, _encode(expires), p2,
+                     _encode(b.observed_at), p3, _encode(received), p4,
+                     _encode(b.received_at), p5))
     return head, tail
+
+
+_STAND_INS = ("\x00crr:expires_at\x00", -1.2345678901234567e-299, "\x00crr:observed_at\x00",
+              "\x00crr:received_at\x00", -2.2345678901234567e-299)
+"""Stand-ins for an entry's expires_at, expires_ts, observed_at, received_at and received_ts
+(their fields in the order the encoder writes them: sorted keys), then the value."""
+
+
+@functools.lru_cache(maxsize=1024)
+def _entry_frame(reporter: str) -> tuple[bytes, ...]:
+    """A fresh entry of `reporter` encoded with stand-ins, cut around them: seven pieces
+    that `_form` joins with the encoded times (once per reporter name)."""
+    e_at, e_ts, o_at, r_at, r_ts = _STAND_INS
+    whole = _encode(ValueEntry(
+        value=_SENTINEL, state="fresh", reporter=reporter, observed_at=o_at, received_at=r_at,
+        expires_at=e_at, received_ts=r_ts, expires_ts=e_ts))
+    pieces: list[bytes] = []
+    for stand_in in _STAND_INS:  # (written before `reporter`: the first match is the field)
+        before, found, whole = whole.partition(_encode(stand_in))
+        assert found, "the entry's fields are encoded in the order of `_STAND_INS`"
+        pieces.append(before)
+    before, found, tail = whole.rpartition(_SENTINEL_JSON)  # `value`: the last field
+    assert found, "an entry's value is where the stand-in was encoded"
+    return (*pieces, before, tail)
 
 
 def _inventory_entry(reporter: str, inv: InventorySlot) -> InventoryEntry:

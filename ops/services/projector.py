@@ -631,7 +631,7 @@ class Projector:
         # Where the last-per-subject load starts (`--verify` replays the same input).
         self._start_seq = (await self._js.stream_info(EVENTS_STREAM)).state.last_seq
         self._events = OrderedReader(self._nc, stream=EVENTS_STREAM, subject=EVERYTHING,
-                                     handler=self._handler(), backpressure=True)
+                                     handler=self._handler(), backpressure=True, direct=True)
         await self._events.start()
         await self._events.wait_ready(300.0)
         if self.partition is not None:
@@ -642,7 +642,7 @@ class Projector:
             self._events = OrderedReader(self._nc, stream=EVENTS_STREAM, subject=EVERYTHING,
                                          handler=self._handler(), start_seq=loaded.last_seq + 1,
                                          filter_subjects=partition_filters(self.partition),
-                                         backpressure=True)
+                                         backpressure=True, direct=True)
             await self._events.start()
 
     async def _resume(self, restored: Restored) -> None:
@@ -666,7 +666,7 @@ class Projector:
         self._events = OrderedReader(self._nc, stream=EVENTS_STREAM, subject=EVERYTHING,
                                      handler=self._handler(), start_seq=seq + 1,
                                      filter_subjects=partition_filters(self.partition),
-                                     backpressure=True)
+                                     backpressure=True, direct=True)
         await self._events.start()
         await self._events.wait_ready(300.0)
         if self._deferred is not None:

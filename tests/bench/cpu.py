@@ -51,7 +51,7 @@ from bus.streams import provision
 from producers.simulator import Event, Faults, Fleet, sim_catalog
 from schemas.codec import encode
 from schemas.errors import CrrError
-from schemas.subjects import CATALOG
+from schemas.subjects import CATALOG, SNAPSHOT_STREAM
 from tests.bench.relay import RELAY_STREAM, RelayProcess, provision_relay
 from tests.bench.suite import RESOURCES, ProjectorProcess, log, relay_pad, wait_projector
 
@@ -60,9 +60,14 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process `pid` so far (its threads included)."""
+    return sum(cpu_split(pid))
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of process `pid` so far (its threads included)."""
     with open(f"/proc/{pid}/stat", encoding="ascii") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14 and 15)
+    return int(fields[11]) / TICKS, int(fields[12]) / TICKS  # utime, stime (fields 14, 15)
 
 
 def rounds_of(fleet: Fleet, rounds: int) -> list[Event]:
@@ -147,7 +152,9 @@ async def cpu_bench(args: argparse.Namespace) -> dict[str, Any]:
                     run["rss"] = projector.rss
                     runs.append({"projector": label, "cwd": cwd or ".", **run})
                     log(f"projector ({label}): {run['cpu_s']:.2f} CPU s over {run['wall_s']:.1f} s"
-                        f" = {run['cpu_per_10k']:.3f} s per 10k reports")
+                        f" = {run['cpu_per_10k']:.3f} s per 10k reports"
+                        f" (system {run['system_per_10k']:.3f} s; {run['writes_per_10k']:,.0f}"
+                        " records + status writes per 10k)")
                     pad = await relay_pad(nc)
                 finally:
                     projector.stop()
@@ -219,15 +226,21 @@ async def _measure(nc: Client, projector: ProjectorProcess, batch: list[Event], 
     """Publish `batch` at `rate`; the projector's CPU until its status covers the last."""
     pid = projector.proc.pid
     spy = _spy(pid, profile) if profile else None
-    c0, t0 = cpu_seconds(pid), time.monotonic()
+    js = nc.jetstream()
+    w0 = (await js.stream_info(SNAPSHOT_STREAM)).state.last_seq
+    (u0, s0), t0 = cpu_split(pid), time.monotonic()
     last = await publish_at(nc, batch, rate)
     await _caught_up(nc, projector, last)
-    c1, t1 = cpu_seconds(pid), time.monotonic()
+    (u1, s1), t1 = cpu_split(pid), time.monotonic()
+    c0, c1 = u0 + s0, u1 + s1
+    writes = (await js.stream_info(SNAPSHOT_STREAM)).state.last_seq - w0
     if spy is not None:
         spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
         await asyncio.to_thread(spy.wait, 30)
     return {"reports": len(batch), "cpu_s": c1 - c0, "wall_s": t1 - t0,
-            "cpu_per_10k": (c1 - c0) / len(batch) * 1e4, "last_seq": last}
+            "cpu_per_10k": (c1 - c0) / len(batch) * 1e4, "last_seq": last,
+            "writes_per_10k": writes / len(batch) * 1e4,
+            "system_per_10k": (s1 - s0) / len(batch) * 1e4}
 
 
 def _spy(pid: int, out: str) -> subprocess.Popen[bytes]:
