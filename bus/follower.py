@@ -57,6 +57,11 @@ class Follower(Generic[L]):
     in the consumer's callback, in stream order; an exception in one
     propagates to nats-py's error callback, so handle bad records inside.
     `idle_heartbeat` (seconds) bounds how fast a lost consumer is noticed.
+    `direct`: records are handled as they are read, with flow control answered
+    by records handled (`OrderedReader`'s `direct` and `backpressure`): no
+    per-record queue and task hop, and a backlog stays in the stream, where
+    each record's `pending` counts it — a reader that falls behind sees how
+    far and can apply what is waiting together.
     """
 
     def __init__(
@@ -71,8 +76,10 @@ class Follower(Generic[L]):
         live: Callable[[StoredMessage], None],
         idle_heartbeat: float = 2.0,
         name: str = "follower",
+        direct: bool = False,
     ) -> None:
         self._nc = nc
+        self._direct = direct
         self._stream = stream
         self._subject = subject
         self._new_load = new_load
@@ -177,6 +184,7 @@ class Follower(Generic[L]):
         reader = self._reader = OrderedReader(
             self._nc, stream=self._stream, subject=self._subject, handler=handler,
             deliver=DeliverPolicy.LAST_PER_SUBJECT, idle_heartbeat=self._idle_heartbeat,
+            backpressure=self._direct, direct=self._direct,
         )
         await reader.start()
         if reader.ready.is_set() and self._loading and generation == self._generations.current:

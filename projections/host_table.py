@@ -78,9 +78,10 @@ MAX_MEMBER_COLUMNS: Final = 256
 _INITIAL_CAPACITY: Final = 64
 LOAD_CHUNK: Final = 2048
 """Records decoded at a time by `HostTable.load_records` (bounds the load's transient objects)."""
-SMALL_BATCH: Final = 16
+SMALL_BATCH: Final = 32
 """`append_records` of fewer records upserts them one by one (the column-wise passes have a
-fixed cost per column)."""
+fixed cost per column: at 20 host resources they cost more per record than `upsert_row`
+below about 30 records)."""
 _POOL_COMPACT_MIN: Final = 65536
 
 BoolArray = npt.NDArray[np.bool_]
@@ -119,6 +120,8 @@ Doc = HostSnapshot | bytes
 """What a row keeps: the snapshot upserted, or the record's bytes (lean rows)."""
 _host_decoder: Final[msgspec.json.Decoder[HostSnapshot]] = DECODERS[HostSnapshot]
 _NOTHING: Final[_Gathered] = ([], [])
+_PLAIN: Final[dict[type, Kind]] = {float: "numeric", bool: "boolean", str: "string"}
+"""Value types `normalize` returns unchanged for their kind (a float only when finite)."""
 
 
 def _expiries(twins: tuple[float | None, ...], texts: tuple[str, ...]) -> FloatArray:
@@ -235,7 +238,13 @@ def _coded(kind: Kind, entry: Entry, expires: float) -> tuple[int, float, Any]:
     state = entry.state
     if state == "stale":
         return STALE, expires, None
-    value = normalize(kind, entry.value) if state == "fresh" else None
+    if state != "fresh":
+        return NULL, expires, None
+    value = entry.value
+    plain = _PLAIN.get(type(value))  # the usual values: `normalize` would return them as is
+    if plain == kind and (plain != "numeric" or math.isfinite(value)):
+        return FRESH, expires, value
+    value = normalize(kind, value)
     if value is None:
         return NULL, expires, None
     return FRESH, expires, value
@@ -376,6 +385,8 @@ class HostTable:
         self._catalog: Catalog = catalog if catalog is not None else EMPTY_CATALOG
         self._on_unreadable = on_unreadable
         self._lean: _LeanCodec | None = None
+        self._lean_cols: list[Column] | None = None
+        """`_lean_columns` (made again with the columns)."""
         self._unpacked: dict[int, None] = {}
         """Lean rows whose record may be kept uncompressed (an ordered set; see `unpacked`)."""
         """The lean decoder of the catalog's host resources, its entry reader and the names."""
@@ -405,7 +416,7 @@ class HostTable:
         """Follow a new catalog: rebuild every column from the stored snapshots."""
         self._catalog = catalog
         self._lean = None
-        self._build_columns()
+        self._build_columns()  # (forgets `_lean_cols` too)
 
     def _lean_codec(self) -> _LeanCodec:
         if self._lean is None:
@@ -593,12 +604,10 @@ class HostTable:
             row = self._allocate(host)
         self._snaps[row] = data
         self._unpacked[row] = None
-        _, entries_of, names, _ = self._lean_codec()
-        columns = self._columns
+        entries_of = self._lean_codec()[1]
         put = self._put
         parsed: dict[str, float] = {}  # a report's values mostly share one expires_at
-        for name, entry in zip(names, entries_of(lean.values), strict=True):
-            col = columns[name]
+        for col, entry in zip(self._lean_columns(), entries_of(lean.values), strict=True):
             if entry is not ABSENT_ENTRY:
                 expires = entry.expires_ts
                 if expires is None:
@@ -610,6 +619,13 @@ class HostTable:
             elif not fresh_row and col.state[row] != ABSENT:
                 put(col, row, ABSENT, math.inf, None)
         self._compact_pool()
+
+    def _lean_columns(self) -> list[Column]:
+        """The columns in the order of the lean codec's names (its entries' order)."""
+        cols = self._lean_cols
+        if cols is None:
+            cols = self._lean_cols = list(map(self._columns.__getitem__, self._lean_codec()[2]))
+        return cols
 
     def _replace(self, host: str, new: Mapping[str, Entry], doc: Doc) -> None:
         row = self._rows.get(host)
@@ -841,11 +857,13 @@ class HostTable:
 
     def _put(self, col: Column, row: int, code: int, expires: float, value: Any) -> None:
         """Write one cell: state `code`, expiry and normalized value (see `entry_code`)."""
-        col.state[row] = code
+        state = col.state
+        if state[row] != code:  # (the flags follow the state: unchanged with it)
+            state[row] = code
+            col.fresh[row] = code == FRESH
+            col.stale_flag[row] = code == STALE
         col.expires[row] = expires
-        col.fresh[row] = code == FRESH
-        col.stale_flag[row] = code == STALE
-        if code in (FRESH, NULL) and expires < col.min_expiry:
+        if expires < col.min_expiry and code in (FRESH, NULL):
             col.min_expiry = expires
         kind = col.kind
         if kind == "numeric":
@@ -881,6 +899,7 @@ class HostTable:
         self._pool = {}
         self._strings = []
         self._ranks = None
+        self._lean_cols = None
         self._columns = {
             name: Column(name, spec, self._capacity)
             for name, spec in sorted(self._catalog.resources.items())

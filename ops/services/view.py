@@ -219,7 +219,7 @@ class SchedulerView:
         self._follower = Follower(
             nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_ALL, new_load=_Load,
             load=self._load_record, loaded=self._finish, live=self._live_record,
-            idle_heartbeat=idle_heartbeat, name="scheduler view")
+            idle_heartbeat=idle_heartbeat, name="scheduler view", direct=True)
         self._started = False
         self._position = 0
         self._projector_position = 0
