@@ -103,6 +103,9 @@ PACK_BATCH: Final = 32
 """Records compressed per step of the packer (about a millisecond)."""
 LIVE_BATCH: Final = 256
 """Live host records applied together at most (while the view is behind its stream)."""
+LIVE_WAIT: Final = 0.005
+"""Seconds a live batch waits to fill up when its records said a full batch was on its way
+(applied anyway after that: see `_live_record`)."""
 TRIM_AFTER: Final = 4096
 """Records compressed in one go after which the heap is trimmed (their buffers are free)."""
 
@@ -230,7 +233,8 @@ class SchedulerView:
         self._batch: list[StoredMessage] = []
         """Live host records received while more were pending, applied together (see
         `_live_record`)."""
-        self._batch_due = False
+        self._batch_call: asyncio.Handle | None = None
+        """The scheduled `_apply_batch` (a TimerHandle while a batch waits to fill up)."""
         self.applied = 0
         """Records applied since `start`."""
         self.rejected = 0
@@ -311,6 +315,8 @@ class SchedulerView:
     async def stop(self) -> None:
         """Unsubscribe; pending `wait_until` calls fail with NotReadyError."""
         await self._follower.stop()
+        if self._batch_call is not None:  # records received and waiting: applied now
+            self._apply_batch()
         if self._packer is not None:
             self._packer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -495,18 +501,30 @@ class SchedulerView:
                                  on_error=lambda i, exc: self._reject(kept[i], exc))
 
     def _live_record(self, m: StoredMessage) -> None:
+        """A live record.  Host records with more pending behind them are applied together
+        (one column-wise pass costs less per record than upserting each): after the
+        records already read (`call_soon`), or — when a full `LIVE_BATCH` is on its way —
+        once it is complete, or `LIVE_WAIT` after the first, whichever comes first.  The
+        view is behind then, and catches up sooner applying in full batches.  Any other
+        record applies the batch first (stream order)."""
         subject = m.subject
         if m.data and subject.startswith(SNAPSHOT_HOST_PREFIX):
             batch = self._batch
             batch.append(m)
             if not m.pending or len(batch) >= LIVE_BATCH:
                 self._apply_batch()
-            else:  # more records are on their way: apply them together
-                if self._packer is not None:
-                    self._caught_up.clear()  # behind: no compressing until applied
-                if not self._batch_due:
-                    self._batch_due = True
-                    asyncio.get_running_loop().call_soon(self._apply_batch)
+                return
+            if self._packer is not None:
+                self._caught_up.clear()  # behind: no compressing until applied
+            call = self._batch_call
+            if m.pending < LIVE_BATCH - len(batch):  # not a full batch: the records read
+                if call is None or isinstance(call, asyncio.TimerHandle):
+                    if call is not None:
+                        call.cancel()
+                    self._batch_call = asyncio.get_running_loop().call_soon(self._apply_batch)
+            elif call is None:
+                self._batch_call = asyncio.get_running_loop().call_later(
+                    LIVE_WAIT, self._apply_batch)
             return
         if self._batch:
             self._apply_batch()  # stream order: the host records before this one first
@@ -526,7 +544,9 @@ class SchedulerView:
     def _apply_batch(self) -> None:
         """Apply the live host records kept by `_live_record`, column-wise when there are
         many (`HostTable.append_records`), then account for each in stream order."""
-        self._batch_due = False
+        if self._batch_call is not None:
+            self._batch_call.cancel()  # (a no-op when it is the one running)
+            self._batch_call = None
         batch = self._batch
         if not batch:
             return
