@@ -49,7 +49,11 @@ written column-wise with the garbage collector paused for each chunk, so
 the building overlaps the receiving and no more than a chunk of records is
 held twice.  When the consumer has caught up the last chunk goes in, the
 table is swapped in and the heap is trimmed (the freed load buffers go
-back to the OS).  Live records after that are upserted one by one.
+back to the OS).  Live records after that are applied as they arrive, together while
+more are pending behind them (`_live_record`).  The follower reads them straight from the
+connection, answering the server's flow control only for records taken
+(`Follower(direct=True)`), so a backlog waits in the stream and the records' pending
+counts show it.
 
 Restarts and regressions are the follower's (`bus.follower`): nats-py's
 ordered consumer resumes from the last delivered sequence + 1; after every
