@@ -1,6 +1,6 @@
 """`crr bench`: the whole pipeline on one machine, every figure beside a baseline from the same run.
 
-    crr bench [--quick] [--hosts N] [--out DIR] [--soak 30m]
+    crr bench [--quick] [--hosts N] [--publishers N] [--skip PHASE]... [--out DIR] [--soak 30m]
     python -m tests.bench.suite ...          (the same)
 
 An embedded nats-server, the projector as a separate process (`crr
@@ -11,8 +11,11 @@ scheduler view (`ops.services.view.SchedulerView`) in this process.  Measured:
 1. report → view latency p50/p99 at a fixed offered rate (50k hosts @ 10 s
    = 5k reports/s; `--quick`: 10k hosts @ 4 s), and stale-detection
    lateness (a silent host's `expires_at` → `stale` visible in the view);
-2. throughput vs offered load (a ramp), with zero loss checked at the end
-   (every host's snapshot equals the last valid report the simulator sent);
+2. throughput vs offered load (a ramp of `Plan.loads`, published by
+   `Plan.publishers` child processes, `tests.bench.publishers`), with zero
+   loss checked after every step (the projector's status covers every report
+   and every host's snapshot equals the last valid report sent); the max
+   sustained offered load is the highest step sustained (`step_verdict`);
 3. maximum end-to-end rate: pre-generated reports published as fast as the
    pipeline takes them, until the projector has written them to
    CRR_SNAPSHOT — beside raw nats-py `publish_async` of the same messages
@@ -27,10 +30,12 @@ scheduler view (`ops.services.view.SchedulerView`) in this process.  Measured:
 7. the **raw relay** baseline (`tests.bench.relay`): the same publisher and
    rates, a process that only republishes each report (padded to a host
    record's size) into a last-per-subject stream, and a reader here — its
-   latency at the fixed rate and its ramp (max sustained offered load with
-   zero loss), beside crr's.  It runs after crr's phases, with the
-   projector stopped (the same process layout: publisher, one process in
-   the middle, the reader here);
+   latency at the fixed rate and its ramp (the same ladder, publishers and
+   rules; a step arrives when the relay's stream stored every report),
+   beside crr's, ending in one line: crr max sustained X/s, relay Y/s,
+   ratio, goal.  It runs after crr's phases, with the projector stopped
+   (the same process layout: publishers, one process in the middle, the
+   reader here);
 8. projector restart (restore from CRR_SNAPSHOT) vs a raw read of it (`tests.bench.restart`).
 
 Writes `bench-results.json` and, when matplotlib is installed (the optional
