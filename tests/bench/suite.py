@@ -123,10 +123,11 @@ class Plan:
 
 
 FULL = Plan(hosts=50_000, latency_interval=10.0, latency_duration=40.0,
-            loads=(5_000, 7_500, 10_000, 12_500, 15_000, 20_000, 25_000, 30_000, 40_000),
+            loads=(2_500, 4_000, 5_000, 6_000, 7_000, 8_000, 9_000, 10_000, 12_000, 14_000,
+                   17_000, 20_000, 25_000, 30_000, 40_000),
             ramp_duration=15.0, max_events=150_000, select_hosts=50_000)
 QUICK = Plan(hosts=10_000, latency_interval=4.0, latency_duration=9.0,
-             loads=(2_500, 5_000, 10_000, 15_000, 20_000), ramp_duration=4.0,
+             loads=(2_500, 5_000, 7_500, 10_000, 15_000, 20_000), ramp_duration=4.0,
              max_events=40_000, select_hosts=10_000)
 """`loads`: the ramp's ladder, the same for crr and the raw relay (each climbs it until
 its first step that is not sustained)."""
@@ -357,10 +358,17 @@ async def ramp_steps(url: str, plan: Plan, *, position: Position, target: Target
     """The ramp: each of `plan.loads` for `ramp_duration`, from `plan.publishers` child
     processes (`tests.bench.publishers`), until the destination has every report.
 
-    A step that is not sustained is tried again once (a shared machine's hiccup should
-    not end a ramp); the ramp stops after a step that fails both times (the same rules
-    for crr and the relay, so both climb the same ladder as far as they can).
+    A warm-up round (every host once, at the latency phase's rate) comes first, so
+    every step finds every host known.  A step that is not sustained is tried again
+    once (a shared machine's hiccup should not end a ramp); the ramp stops after a step
+    that fails both times (the same rules for crr and the relay, so both climb the same
+    ladder as far as they can).
     """
+    warm = Plan(**{**plan.__dict__, "ramp_duration": plan.latency_interval})
+    rate = round(plan.hosts / plan.latency_interval)
+    step = await _ramp_step(url, warm, rate, position=position, target=target, check=None)
+    log(f"{label} ramp warm-up (one report per host at {rate:,}/s, not counted): "
+        f"{step['verdict']}")
     steps: list[dict[str, Any]] = []
     for load in plan.loads:
         for attempt in range(1, RAMP_ATTEMPTS + 1):
