@@ -57,13 +57,14 @@ def test_shards_split_the_names_of_one_fleet() -> None:
 
 async def test_publishers_report_what_they_sent(nats_url: str, nc: Any) -> None:
     """Two child publishers: every report acknowledged, the last sequence the stream's,
-    and the last values sent per host for the zero-loss check."""
+    and the last values sent for exactly the hosts that reported in the step (a step
+    shorter than a round leaves the others as they were: nothing to check there)."""
     await provision(nc)
-    pub = await run_publishers(nats_url, hosts=60, load=120, duration=1.0, processes=2,
+    pub = await run_publishers(nats_url, hosts=200, load=100, duration=1.0, processes=2,
                                catalog_interval=10.0, expected=True)
     info = await nc.jetstream().stream_info("CRR_EVENTS")
     assert pub.events == pub.acked > 0
     assert pub.last_seq == info.state.last_seq
     assert pub.finished > pub.started
-    assert len(pub.expected) == min(60, pub.events)
+    assert len(pub.expected) == pub.events < 200  # one report per host at most: 1 s of 2 s
     assert all(len(values) == RESOURCES for values in pub.expected.values())

@@ -8,7 +8,8 @@ child here publishes a shard of the hosts (the same host names as one
 offered rate, after all children have connected and built their fleet
 (`go` on stdin), and reports what it did as one JSON line; with
 `--expected PATH` it also writes the last valid value of every resource it
-sent per host (msgpack `{host: {resource: value}}`) for the zero-loss check.
+sent per host that it sent a report of (msgpack `{host: {resource: value}}`)
+for the zero-loss check.
 
     python -m tests.bench.publishers --server URL --hosts N --shard K --shards P \\
         --load RATE --duration S [--seed N] [--expected PATH]
@@ -58,7 +59,8 @@ class Published:
     behind: float
     """How far the slowest one lagged its schedule at the end (s)."""
     expected: dict[str, dict[str, Any]]
-    """Per host, the last valid value of every resource sent (empty unless asked)."""
+    """Per host reported in this step, the last valid value of every resource sent
+    (empty unless asked)."""
 
     @property
     def rate(self) -> float:
@@ -154,8 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result, fleet = asyncio.run(publish_shard(args))
     if args.expected:
+        sent = zip(fleet.names, fleet.expected, fleet.rounds, strict=True)
         Path(args.expected).write_bytes(msgspec.msgpack.encode(
-            dict(zip(fleet.names, fleet.expected, strict=True))))
+            {name: values for name, values, rounds in sent if rounds}))
     print(json.dumps(result), flush=True)
     return 0
 
