@@ -130,9 +130,11 @@ QUICK = Plan(hosts=10_000, latency_interval=4.0, latency_duration=9.0,
              loads=(2_500, 3_500, 5_000, 7_500, 10_000, 15_000, 20_000), ramp_duration=4.0,
              max_events=40_000, select_hosts=10_000)
 """`loads`: the ramp's ladder, the same for crr and the raw relay (each climbs it until
-its first step that is not sustained).  A step below `hosts / latency_interval` (the
-catalog's report interval) is skipped: its hosts would report less often than their
-values live, and every value going stale is work the relay has no counterpart for."""
+its first step that is not sustained)."""
+RAMP_INTERVAL = 120.0
+"""The catalog's report interval during crr's ramp: every value outlives a step and the
+gap to the next, so no step makes values go stale (expiry writes: work the relay has
+no counterpart for).  A step below `hosts / RAMP_INTERVAL` reports/s is skipped."""
 
 
 def log(text: str) -> None:
@@ -361,10 +363,10 @@ async def ramp_steps(url: str, plan: Plan, *, position: Position, target: Target
     processes (`tests.bench.publishers`), until the destination has every report.
 
     A warm-up round (every host once, at the latency phase's rate) comes first, so
-    every step finds every host known.  A step that is not sustained is tried again
-    once (a shared machine's hiccup should not end a ramp); the ramp stops after a step
-    that fails both times (the same rules for crr and the relay, so both climb the same
-    ladder as far as they can).
+    every step finds every host known (crr's values live `RAMP_INTERVAL` meanwhile).
+    A step that is not sustained is tried again once (a shared machine's hiccup should
+    not end a ramp); the ramp stops after a step that fails both times (the same rules
+    for crr and the relay, so both climb the same ladder as far as they can).
     """
     warm = Plan(**{**plan.__dict__, "ramp_duration": plan.latency_interval})
     rate = round(plan.hosts / plan.latency_interval)
@@ -373,9 +375,9 @@ async def ramp_steps(url: str, plan: Plan, *, position: Position, target: Target
         f"{step['verdict']}")
     steps: list[dict[str, Any]] = []
     for load in plan.loads:
-        if load < rate:
+        if load < plan.hosts / RAMP_INTERVAL:
             log(f"{label} ramp {load:,}/s skipped: below one report per host per "
-                f"{plan.latency_interval:g}s (values would go stale between reports)")
+                f"{RAMP_INTERVAL:g}s (values would go stale between reports)")
             continue
         for attempt in range(1, RAMP_ATTEMPTS + 1):
             step = await _ramp_step(url, plan, load, position=position, target=target,
@@ -440,8 +442,19 @@ async def ramp_phase(nc: Client, url: str, plan: Plan) -> dict[str, Any]:
             lost += got != values
         return lost
 
-    steps = await ramp_steps(url, plan, position=covered,
-                             target=lambda pub, _base: pub.last_seq, label="crr", check=check)
+    js = nc.jetstream()
+    # Values that outlive the gaps between steps (publisher start-up, the check): with the
+    # latency phase's 10 s interval a value would go stale between two steps, and the
+    # projector would write every host's stale transition, work the relay does not have.
+    ack = await js.publish(CATALOG, encode(sim_catalog(RESOURCES, RAMP_INTERVAL)))
+    await wait_projector(nc, ack.seq, 300)
+    try:
+        steps = await ramp_steps(url, plan, position=covered,
+                                 target=lambda pub, _base: pub.last_seq, label="crr",
+                                 check=check)
+    finally:
+        ack = await js.publish(CATALOG, encode(sim_catalog(RESOURCES, plan.latency_interval)))
+        await wait_projector(nc, ack.seq, 300)
     out = ramp_summary(steps)
     out["hosts_checked"] = plan.hosts
     out["hosts_mismatched"] = sum(s.get("hosts_mismatched", 0) for s in steps)
