@@ -24,6 +24,15 @@ of it once:
 
 `load_compacted` is the load alone, for one-shot readers (a CLI listing, the
 replay cut, a projector restoring its checkpoint): the same load, then stop.
+
+**Not behind the leader**: an ephemeral consumer is placed on any replica
+of a replicated stream, and one that rejoined after a partition serves its
+own, older copy while it catches up — a load from it completes with a
+snapshot tens of seconds old.  So before the load the follower asks the
+stream *leader* (`STREAM.MSG.GET`, never answered by a replica, unlike a
+direct get) for the newest sequence of its subject, and is ready only once
+it has handled that sequence (`LeaderFloor`); until then it logs that its
+server's copy is behind.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from nats.js.api import DeliverPolicy
 
 from bus.connection import add_reconnect_listener
 from bus.errors import nats_errors
+from bus.leader_floor import LeaderFloor, leader_last_seq
 from bus.ordered import OrderedReader, StoredMessage
 from bus.stream_check import Generations, lost
 from schemas.errors import CrrError, CrrTimeoutError
@@ -89,6 +99,8 @@ class Follower(Generic[L]):
         self._remove_reconnect: Callable[[], None] | None = None
         self._check: asyncio.Task[bool] | None = None
         self._ready = asyncio.Event()
+        self._floor = LeaderFloor(None)
+        self._floor_check: asyncio.Task[None] | None = None
         self.last: StoredMessage | None = None
         """The last record handled (what the stream must still hold at its seq)."""
         self.received = 0
@@ -125,21 +137,28 @@ class Follower(Generic[L]):
         try:
             await asyncio.wait_for(self._ready.wait(), timeout)
         except TimeoutError:
+            behind = "" if self._state is not None else f"; {self._floor.describe(self.position)}"
             raise CrrTimeoutError(
                 f"{self._name}: initial load of {self._stream} ({self._subject}) not complete "
-                f"after {timeout:g}s ({self.received} record(s) so far)"
+                f"after {timeout:g}s ({self.received} record(s) so far{behind})"
             ) from None
+
+    @property
+    def position(self) -> int:
+        """The stream sequence of the last record handled (0: none yet)."""
+        return 0 if self.last is None else self.last.seq
 
     async def stop(self) -> None:
         """Unsubscribe; no callback runs after this returns."""
         if self._remove_reconnect is not None:
             self._remove_reconnect()
             self._remove_reconnect = None
-        if self._check is not None:
-            self._check.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._check
-            self._check = None
+        for task in (self._check, self._floor_check):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._check = self._floor_check = None
         self._generations.retire()
         if self._reader is not None:
             await self._reader.stop()
@@ -172,6 +191,8 @@ class Follower(Generic[L]):
     async def _subscribe(self) -> None:
         handler = self._generations.guard(self._handle)
         generation = self._generations.current
+        if not self._ready.is_set():  # the first load must not come from a replica behind
+            self._floor = await LeaderFloor.ask(self._nc, self._stream, self._subject)
         state = self._state = self._new_load()
         self._loading = True
         reader = self._reader = OrderedReader(
@@ -187,6 +208,8 @@ class Follower(Generic[L]):
         self.received += 1
         if not self._loading:
             self._live(m)
+            if not self._ready.is_set() and self._floor.reached(m.seq):
+                self._caught_up()
             return
         state: L = self._state  # type: ignore[assignment]  # set with _loading
         self._load(state, m)
@@ -197,7 +220,29 @@ class Follower(Generic[L]):
         self._state = None
         self._loading = False
         self._loaded_cb(state)
-        self._ready.set()
+        if self._ready.is_set() or self._floor.reached(self.position):
+            self._ready.set()
+            return
+        log.warning("%s: loaded %s, but %s (a replica catching up after a partition?); "
+                    "not ready until it has caught up", self._name, self._stream,
+                    self._floor.describe(self.position))
+        self._floor_check = asyncio.get_running_loop().create_task(self._recheck_floor())
+
+    def _caught_up(self) -> None:
+        log.info("%s: caught up with the stream leader (seq %d)", self._name, self.position)
+        self._ready.set()  # (_recheck_floor, waiting on it, ends)
+
+    async def _recheck_floor(self) -> None:
+        """Ask the leader again every second while not caught up: a floor record deleted
+        meanwhile (a purge) is never delivered, and the floor comes down to what is left."""
+        while not self._ready.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ready.wait(), 1.0)
+            if self._ready.is_set():
+                return
+            self._floor.lower(await leader_last_seq(self._nc, self._stream, self._subject))
+            if self._floor.reached(self.position):
+                self._caught_up()
 
     def _on_reconnect(self) -> None:
         if self._check is None or self._check.done():
@@ -210,21 +255,40 @@ async def load_compacted(nc: Client, *, stream: str, subject: str,
     """Hand the last record of every subject to `handler`, then stop; the records read.
 
     The `Follower`'s load alone (one ordered consumer, DeliverLastPerSubject)
-    for one-shot readers.  CrrTimeoutError when not complete after `timeout`;
+    for one-shot readers, with the same floor: when the consumer's server
+    holds an older copy than the stream leader, reading goes on until it has
+    caught up, so `handler` may get a newer record of a subject it already
+    had (keep the last).  CrrTimeoutError when not complete after `timeout`;
     StreamNotFoundError (and the rest of `bus.errors`' tree) when it cannot start.
     """
+    deadline = asyncio.get_running_loop().time() + timeout
+    floor = await LeaderFloor.ask(nc, stream, subject)
     count = 0
+    reached = asyncio.Event()
 
     def keep(m: StoredMessage) -> None:
         nonlocal count
         count += 1
         handler(m)
+        if floor.reached(m.seq):
+            reached.set()
 
     reader = OrderedReader(nc, stream=stream, subject=subject, handler=keep)
     with nats_errors(where=stream):
         await reader.start()
     try:
         await reader.wait_ready(timeout)
+        if not floor.reached(reader.last_seq):
+            log.warning("%s: %s; reading on until it has caught up", stream,
+                        floor.describe(reader.last_seq))
+        while not floor.reached(reader.last_seq):
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                raise CrrTimeoutError(f"load of {stream} ({subject}) not complete after "
+                                      f"{timeout:g}s: {floor.describe(reader.last_seq)}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(reached.wait(), min(1.0, left))
+            floor.lower(await leader_last_seq(nc, stream, subject))
     finally:
         await reader.stop()
     return count

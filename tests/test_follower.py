@@ -12,11 +12,14 @@ import pytest
 from nats.aio.client import Client
 from nats.js.api import StreamConfig
 
+import bus.follower
+import bus.leader_floor
 from bus.connection import connect
 from bus.follower import Follower, load_compacted
+from bus.leader_floor import LeaderFloor, leader_last_seq
 from bus.ordered import StoredMessage
 from bus.server import NatsServer
-from schemas.errors import CrrError, StreamNotFoundError
+from schemas.errors import CrrError, CrrTimeoutError, StreamNotFoundError
 from tests.fault_support import eventually
 
 STREAM = "FOLLOW_TEST"
@@ -232,3 +235,114 @@ async def test_a_stateless_follower_still_tells_load_from_live(nc: Client) -> No
         assert loaded == [b"1", b"2"]
     finally:
         await follower.stop()
+
+
+# A replica behind the leader.  On one server the consumer always reads the leader's
+# copy, so the leader's answer is replaced by a higher sequence: what a load from a
+# replica that rejoined after a partition sees (the docker partition test meets the
+# real thing: tests/test_docker_partitions.py, the view's node cut off).
+
+
+async def test_leader_last_seq_asks_for_the_newest_of_a_wildcard(nc: Client) -> None:
+    await make_stream(nc)
+    assert await leader_last_seq(nc, STREAM, "f.>") == 0  # nothing stored: no floor to reach
+    last = await put(nc, [("f.a", b"1"), ("f.b", b"2"), ("f.a", b"3")])
+    assert await leader_last_seq(nc, STREAM, "f.>") == last
+    assert await leader_last_seq(nc, STREAM, "f.b") == last - 1
+
+
+def test_a_floor_only_comes_down() -> None:
+    floor = LeaderFloor(10)
+    assert not floor.reached(9)
+    assert floor.reached(10)
+    floor.lower(12)  # written after the load started: not waited for
+    assert floor.floor == 10
+    floor.lower(None)  # the leader could not be asked
+    assert floor.floor == 10
+    floor.lower(7)  # the floor record was purged
+    assert floor.reached(7)
+    assert LeaderFloor(None).reached(0)
+
+
+def leader_ahead(monkeypatch: pytest.MonkeyPatch, ahead: list[int]) -> None:
+    """The stream leader answers `ahead[0]` more than the server's newest sequence."""
+    real = bus.leader_floor.leader_last_seq
+
+    async def ahead_of(nc: Client, stream: str, subject: str,
+                       timeout: float = 2.0) -> int | None:
+        seq = await real(nc, stream, subject, timeout)
+        return None if seq is None else seq + ahead[0]
+
+    monkeypatch.setattr(bus.leader_floor, "leader_last_seq", ahead_of)
+    monkeypatch.setattr(bus.follower, "leader_last_seq", ahead_of)
+
+
+async def test_a_follower_behind_the_leader_is_ready_only_once_caught_up(
+        nc: Client, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    await make_stream(nc)
+    await put(nc, [("f.a", b"a1"), ("f.b", b"b1")])
+    leader_ahead(monkeypatch, [2])
+    sink = Sink()
+    follower = sink.follower(nc)
+    try:
+        await follower.start()
+        await sink.finished.wait()  # the load is complete (and serves) ...
+        assert sink.current == {"f.a": b"a1", "f.b": b"b1"}
+        assert not follower.ready  # ... but is not ready: the leader holds 2 more records
+        assert "the stream leader's was at 4" in caplog.text
+        with pytest.raises(CrrTimeoutError, match="copy is at seq 2, the stream leader's was at 4"):
+            await follower.wait_ready(0.2)
+        await put(nc, [("f.c", b"c1")])
+        await eventually(lambda: sink.live == [("f.c", b"c1")], 10, "a live record")
+        assert not follower.ready
+        await put(nc, [("f.a", b"a2")])  # seq 4: caught up
+        await follower.wait_ready(10)
+        assert sink.current == {"f.a": b"a2", "f.b": b"b1", "f.c": b"c1"}
+    finally:
+        await follower.stop()
+
+
+async def test_a_purged_floor_record_is_not_waited_for(
+        nc: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leader's newest record was deleted while the follower caught up: the recheck
+    brings the floor down and the follower becomes ready without it."""
+    await make_stream(nc)
+    await put(nc, [("f.a", b"a1"), ("f.b", b"b1")])
+    ahead = [1]
+    leader_ahead(monkeypatch, ahead)
+    sink = Sink()
+    follower = sink.follower(nc)
+    try:
+        await follower.start()
+        await sink.finished.wait()
+        assert not follower.ready
+        ahead[0] = 0  # the leader's answer now: what this server holds
+        await follower.wait_ready(10)
+    finally:
+        await follower.stop()
+
+
+async def test_load_compacted_reads_on_until_caught_up(
+        nc: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    await make_stream(nc)
+    await put(nc, [("f.a", b"a1"), ("f.b", b"b1")])
+    leader_ahead(monkeypatch, [1])
+    got: dict[str, bytes] = {}
+    task = asyncio.create_task(load_compacted(
+        nc, stream=STREAM, subject="f.>", handler=lambda m: got.__setitem__(m.subject, m.data),
+        timeout=20))
+    await eventually(lambda: got == {"f.a": b"a1", "f.b": b"b1"}, 10, "the load")
+    assert not task.done()
+    await put(nc, [("f.a", b"a2")])
+    assert await asyncio.wait_for(task, 10) == 3
+    assert got == {"f.a": b"a2", "f.b": b"b1"}
+
+
+async def test_load_compacted_behind_until_the_timeout_says_so(
+        nc: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    await make_stream(nc)
+    await put(nc, [("f.a", b"a1")])
+    leader_ahead(monkeypatch, [5])
+    with pytest.raises(CrrTimeoutError, match="copy is at seq 1, the stream leader's was at 6"):
+        await load_compacted(nc, stream=STREAM, subject="f.>", handler=lambda m: None,
+                             timeout=0.5)
