@@ -32,8 +32,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hosts", type=int, default=None, help="override the host count")
     p.add_argument("--out", default=".", help="directory for bench-results.json and the plot")
     p.add_argument("--skip", action="append",
-                   choices=["ramp", "max", "relay", "select", "restart"],
-                   help="leave out a phase (repeatable); the others still run")
+                   choices=["latency", "ramp", "max", "cold", "relay", "select", "restart"],
+                   help="leave out a phase (repeatable); the others still run (the relay "
+                        "runs the latency and ramp phases that crr ran)")
+    p.add_argument("--publishers", type=int, default=None, metavar="N",
+                   help="publisher processes driving the ramp, for crr and the relay alike "
+                        "(default 2)")
     p.add_argument("--no-pack", action="store_true",
                    help="the view keeps its records uncompressed (less CPU, more memory)")
     p.add_argument("--soak", default=None, metavar="DURATION",

@@ -1,6 +1,6 @@
 """`crr bench`: the whole pipeline on one machine, every figure beside a baseline from the same run.
 
-    crr bench [--quick] [--hosts N] [--out DIR] [--soak 30m]
+    crr bench [--quick] [--hosts N] [--publishers N] [--skip PHASE]... [--out DIR] [--soak 30m]
     python -m tests.bench.suite ...          (the same)
 
 An embedded nats-server, the projector as a separate process (`crr
@@ -11,8 +11,11 @@ scheduler view (`ops.services.view.SchedulerView`) in this process.  Measured:
 1. report → view latency p50/p99 at a fixed offered rate (50k hosts @ 10 s
    = 5k reports/s; `--quick`: 10k hosts @ 4 s), and stale-detection
    lateness (a silent host's `expires_at` → `stale` visible in the view);
-2. throughput vs offered load (a ramp), with zero loss checked at the end
-   (every host's snapshot equals the last valid report the simulator sent);
+2. throughput vs offered load (a ramp of `Plan.loads`, published by
+   `Plan.publishers` child processes, `tests.bench.publishers`), with zero
+   loss checked after every step (the projector's status covers every report
+   and every host's snapshot equals the last valid report sent); the max
+   sustained offered load is the highest step sustained (`step_verdict`);
 3. maximum end-to-end rate: pre-generated reports published as fast as the
    pipeline takes them, until the projector has written them to
    CRR_SNAPSHOT — beside raw nats-py `publish_async` of the same messages
@@ -27,10 +30,12 @@ scheduler view (`ops.services.view.SchedulerView`) in this process.  Measured:
 7. the **raw relay** baseline (`tests.bench.relay`): the same publisher and
    rates, a process that only republishes each report (padded to a host
    record's size) into a last-per-subject stream, and a reader here — its
-   latency at the fixed rate and its ramp (max sustained offered load with
-   zero loss), beside crr's.  It runs after crr's phases, with the
-   projector stopped (the same process layout: publisher, one process in
-   the middle, the reader here);
+   latency at the fixed rate and its ramp (the same ladder, publishers and
+   rules; a step arrives when the relay's stream stored every report),
+   beside crr's, ending in one line: crr max sustained X/s, relay Y/s,
+   ratio, goal.  It runs after crr's phases, with the projector stopped
+   (the same process layout: publishers, one process in the middle, the
+   reader here);
 8. projector restart (restore from CRR_SNAPSHOT) vs a raw read of it (`tests.bench.restart`).
 
 Writes `bench-results.json` and, when matplotlib is installed (the optional
@@ -51,7 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,7 +74,7 @@ from bus.streams import provision
 from ops.commands.bench import add_arguments
 from ops.services.snapshot_reader import read_snapshot
 from ops.services.view import SchedulerView
-from producers.simulator import SILENT, Event, Faults, Fleet, run_fleet, sim_catalog
+from producers.simulator import SILENT, Event, Faults, Fleet, sim_catalog
 from projections.host_table import HostTable
 from projections.percentile import percentiles
 from projections.select import compile_select
@@ -88,7 +93,14 @@ from schemas.subjects import (
 from schemas.wire_time import expires_seconds, parse_time
 from tests.bench import restart
 from tests.bench import select as sb
-from tests.bench.relay import RelayProcess, RelayReader, provision_relay, terminate
+from tests.bench.publishers import Published, run_publishers
+from tests.bench.relay import (
+    RELAY_STREAM,
+    RelayProcess,
+    RelayReader,
+    provision_relay,
+    terminate,
+)
 
 RESOURCES = 20
 
@@ -104,18 +116,25 @@ class Plan:
     ramp_duration: float
     max_events: int
     select_hosts: int
-    relay_loads: tuple[int, ...] = ()
-    """The raw relay's ramp (up to where it stops keeping up)."""
+    publishers: int = 2
+    """Child processes publishing the ramp (`tests.bench.publishers`), for crr and the relay."""
     pack: bool = True
     """The view keeps its records compressed (`SchedulerView(pack_records=...)`)."""
 
 
 FULL = Plan(hosts=50_000, latency_interval=10.0, latency_duration=40.0,
-            loads=(5_000, 10_000, 15_000, 20_000), ramp_duration=15.0, max_events=150_000,
-            select_hosts=50_000, relay_loads=(5_000, 10_000, 15_000, 20_000, 30_000))
+            loads=(5_000, 6_000, 7_000, 8_000, 9_000, 10_000, 12_000, 14_000, 17_000,
+                   20_000, 25_000, 30_000, 40_000),
+            ramp_duration=15.0, max_events=150_000, select_hosts=50_000)
 QUICK = Plan(hosts=10_000, latency_interval=4.0, latency_duration=9.0,
-             loads=(2_500, 5_000, 10_000), ramp_duration=4.0, max_events=40_000,
-             select_hosts=10_000, relay_loads=(2_500, 5_000, 10_000, 20_000))
+             loads=(2_500, 3_500, 5_000, 7_500, 10_000, 15_000, 20_000), ramp_duration=4.0,
+             max_events=40_000, select_hosts=10_000)
+"""`loads`: the ramp's ladder, the same for crr and the raw relay (each climbs it until
+its first step that is not sustained)."""
+RAMP_INTERVAL = 120.0
+"""The catalog's report interval during crr's ramp: every value outlives a step and the
+gap to the next, so no step makes values go stale (expiry writes: work the relay has
+no counterpart for).  A step below `hosts / RAMP_INTERVAL` reports/s is skipped."""
 
 
 def log(text: str) -> None:
@@ -139,12 +158,16 @@ def percentile(xs: list[float], p: float) -> float:
 
 
 async def projector_seq(nc: Client) -> int:
-    """The CRR_EVENTS sequence the projector last reported as written (0: none yet)."""
+    """The CRR_EVENTS sequence up to which the projector's status says CRR_SNAPSHOT
+    reflects every event (`covered_seq`, else `last_seq`; 0: none yet)."""
     try:
         msg = await nc.jetstream().get_last_msg(SNAPSHOT_STREAM, SNAPSHOT_PROJECTOR)
     except nats.js.errors.NotFoundError:
         return 0
-    return decode(msg.data, ProjectorStatus).last_seq if msg.data else 0
+    if not msg.data:
+        return 0
+    status = decode(msg.data, ProjectorStatus)
+    return status.covered_seq or status.last_seq
 
 
 async def wait_projector(nc: Client, seq: int, timeout: float) -> float:
@@ -278,65 +301,164 @@ async def latency_phase(nc: Client, url: str, plan: Plan, duration: float, *,
 # -- 2. throughput vs offered load, zero loss ----------------------------------------
 
 
-Arrived = Callable[[PipelinePublisher], Any]
-"""Waits until a ramp step's events went through; returns when (monotonic) and how many
-arrived (None: not counted)."""
+SUSTAINED_CATCH_UP_S = 2.0
+"""A step is sustained only if its destination holds every report this soon after the
+publishers' last acknowledged publish."""
+PUBLISHER_SHARE = 0.95
+"""…and only if the publishers sent at least this share of the offered reports (if they
+could not, the step measured the publishers, not the pipeline: "publisher-limited")."""
+
+RAMP_ATTEMPTS = 2
+"""Tries of a step before it counts as not sustained."""
+
+Position = Callable[[], Awaitable[int]]
+"""How far the destination of a ramp got, in the units of `Target`."""
+Target = Callable[[Published, int], int]
+"""The position at which every report a step published has arrived (from the position
+before the step)."""
+Check = Callable[[dict[str, dict[str, Any]]], Awaitable[int]]
+"""Hosts whose state at the destination differs from what the publishers last sent."""
+
+
+async def wait_position(position: Position, target: int, *, stall: float = 10.0,
+                        timeout: float = 600.0) -> tuple[float, int]:
+    """Poll `position` until it reaches `target`, or it did not move for `stall` seconds
+    (what is missing then is lost); returns when (monotonic) and the position."""
+    last = await position()
+    moved = time.monotonic()
+    while last < target:
+        await asyncio.sleep(0.02)
+        now_at = await position()
+        now = time.monotonic()
+        if now_at != last:
+            last, moved = now_at, now
+        elif now - moved > stall or now - moved > timeout:
+            break
+    return time.monotonic(), last
+
+
+def step_verdict(step: dict[str, Any]) -> str:
+    """Why a ramp step counts as sustained or not (one word or phrase)."""
+    if step["events"] < PUBLISHER_SHARE * step["offered"] * step["duration"]:
+        return "publisher-limited"
+    if step["lost"]:
+        return f"lost {step['lost']}"
+    if step.get("hosts_mismatched"):
+        return f"{step['hosts_mismatched']} hosts differ"
+    if step["catch_up_s"] > SUSTAINED_CATCH_UP_S:
+        return "fell behind"
+    return "sustained"
 
 
 def sustained(steps: list[dict[str, Any]]) -> int:
-    """The highest offered load kept up with: ≥ 95% end to end, caught up within 2 s, and
-    (where counted) nothing lost."""
-    return max((s["offered"] for s in steps
-                if s["e2e_rate"] >= 0.95 * s["offered"] and s["catch_up_s"] < 2.0
-                and s.get("lost", 0) == 0), default=0)
+    """The highest offered load kept up with: the publishers reached it, every report
+    arrived (and, where checked, every host's state is the last one sent), and the
+    destination caught up within `SUSTAINED_CATCH_UP_S` of the last publish."""
+    return max((s["offered"] for s in steps if s["verdict"] == "sustained"), default=0)
 
 
-async def ramp_steps(nc: Client, catalog: Any, plan: Plan, loads: tuple[int, ...], *,
-                     arrived: Arrived, label: str) -> tuple[list[dict[str, Any]], Fleet]:
-    """Each offered load for `ramp_duration`; e2e rate until `arrived` says all went through."""
+async def ramp_steps(url: str, plan: Plan, *, position: Position, target: Target,
+                     label: str, check: Check | None = None) -> list[dict[str, Any]]:
+    """The ramp: each of `plan.loads` for `ramp_duration`, from `plan.publishers` child
+    processes (`tests.bench.publishers`), until the destination has every report.
+
+    A warm-up round (every host once, at the latency phase's rate) comes first, so
+    every step finds every host known (crr's values live `RAMP_INTERVAL` meanwhile).
+    A step that is not sustained is tried again once (a shared machine's hiccup should
+    not end a ramp); the ramp stops after a step that fails both times (the same rules
+    for crr and the relay, so both climb the same ladder as far as they can).
+    """
+    warm = Plan(**{**plan.__dict__, "ramp_duration": plan.latency_interval})
+    rate = round(plan.hosts / plan.latency_interval)
+    step = await _ramp_step(url, warm, rate, position=position, target=target, check=None)
+    log(f"{label} ramp warm-up (one report per host at {rate:,}/s, not counted): "
+        f"{step['verdict']}")
     steps: list[dict[str, Any]] = []
-    fleet: Fleet | None = None
-    for load in loads:
-        fleet = Fleet(catalog, plan.hosts, seed=5)
-        interval = plan.hosts / load
-        async with PipelinePublisher(nc) as pipe:
-            start = time.monotonic()
-            stats = await run_fleet(fleet, pipe.publish, interval=interval,
-                                    duration=plan.ramp_duration)
-            await pipe.flush(60)
-            published = time.monotonic()
-            done, count = await arrived(pipe)
-        e2e = stats.events / (done - start)
-        step = {"offered": load, "published_rate": stats.rate, "e2e_rate": e2e,
-                "events": stats.events, "catch_up_s": done - published,
-                "publisher_behind_s": stats.behind, "acked": pipe.stats.acked,
-                "rejected": pipe.stats.rejected}
-        if count is not None:
-            step["lost"] = pipe.stats.acked - count
-        steps.append(step)
-        log(f"{label} ramp {load}/s: published {stats.rate:,.0f}/s, end-to-end {e2e:,.0f}/s, "
-            f"caught up {done - published:.2f}s after the last publish")
-    assert fleet is not None
-    return steps, fleet
+    for load in plan.loads:
+        if load < plan.hosts / RAMP_INTERVAL:
+            log(f"{label} ramp {load:,}/s skipped: below one report per host per "
+                f"{RAMP_INTERVAL:g}s (values would go stale between reports)")
+            continue
+        for attempt in range(1, RAMP_ATTEMPTS + 1):
+            step = await _ramp_step(url, plan, load, position=position, target=target,
+                                    check=check)
+            step["attempt"] = attempt
+            steps.append(step)
+            log(f"{label} ramp {load:,}/s (attempt {attempt}): published "
+                f"{step['published_rate']:,.0f}/s by {plan.publishers} process(es), "
+                f"end-to-end {step['e2e_rate']:,.0f}/s, caught up {step['catch_up_s']:.2f}s "
+                f"after the last publish, lost {step['lost']}: {step['verdict']}")
+            if step["verdict"] == "sustained":
+                break
+        if step["verdict"] != "sustained":
+            break
+    return steps
 
 
-async def ramp_phase(nc: Client, catalog: Any, plan: Plan) -> dict[str, Any]:
-    """Each offered load for `ramp_duration`; e2e rate until the projector caught up."""
+async def _ramp_step(url: str, plan: Plan, load: int, *, position: Position, target: Target,
+                     check: Check | None) -> dict[str, Any]:
+    base = await position()
+    pub = await run_publishers(url, hosts=plan.hosts, load=load,
+                               duration=plan.ramp_duration, processes=plan.publishers,
+                               catalog_interval=plan.latency_interval,
+                               expected=check is not None)
+    goal = target(pub, base)
+    done, reached = await wait_position(position, goal)
+    step: dict[str, Any] = {
+        "offered": load, "duration": plan.ramp_duration, "publishers": plan.publishers,
+        "events": pub.events, "published_rate": pub.rate,
+        "e2e_rate": pub.events / (done - pub.started),
+        "catch_up_s": max(0.0, done - pub.finished), "publisher_behind_s": pub.behind,
+        "acked": pub.acked, "rejected": pub.rejected,
+        "lost": max(0, goal - reached) + pub.events - pub.acked}
+    if check is not None and not step["lost"]:
+        step["hosts_mismatched"] = await check(pub.expected)
+    step["verdict"] = step_verdict(step)
+    return step
 
-    async def projected(pipe: PipelinePublisher) -> tuple[float, None]:
-        return await wait_projector(nc, pipe.stats.last_seq, 300), None
 
-    steps, fleet = await ramp_steps(nc, catalog, plan, plan.loads, arrived=projected,
-                                    label="crr")
-    contents = await read_snapshot(nc, 120)
-    lost = 0
-    for i, name in enumerate(fleet.names):
-        snap = contents.hosts.get(name)
-        got = ({n: e.value if e.state == "fresh" else e.last_value
-                for n, e in snap.values.items()} if snap else {})
-        lost += got != fleet.expected[i]
-    return {"steps": steps, "hosts_checked": len(fleet), "hosts_mismatched": lost,
-            "max_sustained_offered": sustained(steps)}
+def ramp_summary(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ramp's figure and, when the publishers were what stopped it, that."""
+    last = steps[-1] if steps else None
+    return {"steps": steps, "max_sustained_offered": sustained(steps),
+            "stopped_by": last["verdict"] if last is not None else "no steps",
+            "ladder_top": last is not None and last["verdict"] == "sustained"}
+
+
+async def ramp_phase(nc: Client, url: str, plan: Plan) -> dict[str, Any]:
+    """crr's ramp: until the projector's status covers every report and every host's
+    record holds the values last sent."""
+
+    async def covered() -> int:
+        return await projector_seq(nc)
+
+    async def check(expected: dict[str, dict[str, Any]]) -> int:
+        contents = await read_snapshot(nc, 120)
+        lost = 0
+        for name, values in expected.items():
+            snap = contents.hosts.get(name)
+            got = ({n: e.value if e.state == "fresh" else e.last_value
+                    for n, e in snap.values.items()} if snap else {})
+            lost += got != values
+        return lost
+
+    js = nc.jetstream()
+    # Values that outlive the gaps between steps (publisher start-up, the check): with the
+    # latency phase's 10 s interval a value would go stale between two steps, and the
+    # projector would write every host's stale transition, work the relay does not have.
+    ack = await js.publish(CATALOG, encode(sim_catalog(RESOURCES, RAMP_INTERVAL)))
+    await wait_projector(nc, ack.seq, 300)
+    try:
+        steps = await ramp_steps(url, plan, position=covered,
+                                 target=lambda pub, _base: pub.last_seq, label="crr",
+                                 check=check)
+    finally:
+        ack = await js.publish(CATALOG, encode(sim_catalog(RESOURCES, plan.latency_interval)))
+        await wait_projector(nc, ack.seq, 300)
+    out = ramp_summary(steps)
+    out["hosts_checked"] = plan.hosts
+    out["hosts_mismatched"] = sum(s.get("hosts_mismatched", 0) for s in steps)
+    return out
 
 
 # -- 7. the raw relay baseline ---------------------------------------------------------
@@ -352,58 +474,56 @@ async def relay_pad(nc: Client) -> int:
     return max(0, round(record - report))
 
 
-async def relay_phase(nc: Client, url: str, catalog: Any, plan: Plan, pad: int,
-                      ) -> dict[str, Any]:
+async def relay_phase(nc: Client, url: str, plan: Plan, pad: int, *,
+                      latency: bool = True, ramp: bool = True) -> dict[str, Any]:
     """The raw relay (`tests.bench.relay`): latency at the fixed rate, then its ramp."""
     await provision_relay(nc)
     relay = RelayProcess(url, pad)
     reader = RelayReader(nc)
+    result: dict[str, Any] = {"record_bytes_pad": pad}
     try:
         await asyncio.to_thread(relay.wait_ready)
-        await reader.start()
-        sim = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "ops.cli", "sim", "reporters", "--server", url,
-            "--hosts", str(plan.hosts), "--interval", str(plan.latency_interval),
-            "--duration", str(plan.latency_duration), "--seed", "11",
-            "--faults", "silent=0.01", "--json",
-            stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
-        out, _ = await sim.communicate()
-        summary = json.loads(out)
-        expected = summary["events"]
-        await reader.wait_count(expected)
-        latencies = list(reader.latencies)
-        result: dict[str, Any] = {
-            "record_bytes_pad": pad, "offered_rate": summary["offered_rate"],
-            "events": expected, "received": reader.count,
-            "latency_ms": sorted(x * 1e3 for x in latencies),
-            "latency_p50_ms": percentile(latencies, 50) * 1e3,
-            "latency_p99_ms": percentile(latencies, 99) * 1e3,
-            "latency_samples": len(latencies),
-            "hop_p50_ms": percentile(reader.hops, 50) * 1e3,
-            "hop_p99_ms": percentile(reader.hops, 99) * 1e3,
-        }
-        log(f"relay latency p50 {result['latency_p50_ms']:.1f} ms, "
-            f"p99 {result['latency_p99_ms']:.1f} ms")
-        reader.timing = False
+        if latency:
+            await reader.start()
+            sim = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "ops.cli", "sim", "reporters", "--server", url,
+                "--hosts", str(plan.hosts), "--interval", str(plan.latency_interval),
+                "--duration", str(plan.latency_duration), "--seed", "11",
+                "--faults", "silent=0.01", "--json",
+                stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
+            out, _ = await sim.communicate()
+            summary = json.loads(out)
+            expected = summary["events"]
+            await reader.wait_count(expected)
+            latencies = list(reader.latencies)
+            result |= {
+                "offered_rate": summary["offered_rate"],
+                "events": expected, "received": reader.count,
+                "latency_ms": sorted(x * 1e3 for x in latencies),
+                "latency_p50_ms": percentile(latencies, 50) * 1e3,
+                "latency_p99_ms": percentile(latencies, 99) * 1e3,
+                "latency_samples": len(latencies),
+                "hop_p50_ms": percentile(reader.hops, 50) * 1e3,
+                "hop_p99_ms": percentile(reader.hops, 99) * 1e3,
+            }
+            log(f"relay latency p50 {result['latency_p50_ms']:.1f} ms, "
+                f"p99 {result['latency_p99_ms']:.1f} ms")
+            await reader.stop()  # crr's ramp runs without a view: the same here
+        if ramp:
+            js = nc.jetstream()
 
-        async def relayed(pipe: PipelinePublisher) -> tuple[float, int]:
-            done = await reader.wait_count(base + pipe.stats.acked)
-            return done, reader.count - base
+            async def stored() -> int:  # every report is republished: a count, like a seq
+                return int((await js.stream_info(RELAY_STREAM)).state.last_seq)
 
-        steps = []
-        for load in plan.relay_loads:
-            base = reader.count
-            step, _ = await ramp_steps(nc, catalog, plan, (load,), arrived=relayed,
-                                       label="relay")
-            steps.extend(step)
-        result["steps"] = steps
-        result["max_sustained_offered"] = sustained(steps)
+            steps = await ramp_steps(url, plan, position=stored,
+                                     target=lambda pub, base: base + pub.acked, label="relay")
+            result |= ramp_summary(steps)
         return result
     finally:
         await reader.stop()
         relay.stop()
         with contextlib.suppress(nats.js.errors.NotFoundError):
-            await nc.jetstream().delete_stream("BENCH_RELAY")
+            await nc.jetstream().delete_stream(RELAY_STREAM)
 
 
 # -- 3. maximum end-to-end rate vs raw publish_async --------------------------------
@@ -537,11 +657,9 @@ def _mb(b: float) -> str:
     return f"{b / 1e6:,.0f} MB"
 
 
-def table(res: dict[str, Any]) -> str:
-    """The results table: figure | baseline | ratio | goal."""
+def _latency_rows(lat: dict[str, Any], relay: dict[str, Any] | None,
+                  ) -> list[tuple[str, str, str, str, str]]:
     rows: list[tuple[str, str, str, str, str]] = []
-    lat = res["latency"]
-    relay = res.get("relay")
     figures: tuple[tuple[str, str, str, dict[str, str]], ...] = (
         ("latency", f"report→view latency {{p}} @ {lat['offered_rate']:,.0f}/s", "raw relay",
          {"p50": "≤ 10 ms", "p99": "≤ 5x the relay's p99"}),
@@ -558,16 +676,50 @@ def table(res: dict[str, Any]) -> str:
     rows.append(("stale lateness p50 / p99",
                  f"{lat['stale_p50_ms']:.0f} / {lat['stale_p99_ms']:.0f} ms "
                  f"(n={lat['stale_samples']})", "—", "", "p99 ≤ 250 ms"))
+    return rows
+
+
+def _stop(ramp: dict[str, Any]) -> str:
+    """What ended a ramp: the next step's verdict, or the top of the ladder."""
+    if ramp["ladder_top"]:
+        return "top of the ladder"
+    return f"next step {ramp['stopped_by']}"
+
+
+def ramp_verdict(res: dict[str, Any]) -> str | None:
+    """The max-sustained comparison in one plain sentence (None without both ramps)."""
+    ramp, relay = res.get("ramp"), res.get("relay")
+    if not ramp or not relay or not relay.get("steps"):
+        return None
+    ours, theirs = ramp["max_sustained_offered"], relay["max_sustained_offered"]
+    ratio = ours / theirs if theirs else float("nan")
+    text = (f"crr max sustained {ours:,}/s, relay {theirs:,}/s"
+            f"{'+' if relay['ladder_top'] else ''}, ratio {ratio:.0%}, goal ≥ 50%: "
+            f"{'met' if ratio >= 0.5 else 'NOT met'}")
+    limited = [name for name, r in (("crr", ramp), ("relay", relay))
+               if r["stopped_by"] == "publisher-limited"]
+    if limited:
+        text += (f" — the publishers could not reach the next step for {' and '.join(limited)}"
+                 " (a lower bound there; raise --publishers)")
+    return text
+
+
+def table(res: dict[str, Any]) -> str:
+    """The results table: figure | baseline | ratio | goal."""
+    rows: list[tuple[str, str, str, str, str]] = []
+    relay = res.get("relay")
+    if "latency" in res:
+        rows += _latency_rows(res["latency"], relay if relay and "latency_p50_ms" in relay
+                              else None)
     if "ramp" in res:
         ramp = res["ramp"]
         best = max(s["e2e_rate"] for s in ramp["steps"])
         if relay is not None and relay.get("steps"):
             theirs = relay["max_sustained_offered"]
-            tried = max(s["offered"] for s in relay["steps"])
-            more = "+" if theirs == tried else ""
             rows.append(("max sustained offered load (zero loss)",
-                         f"{ramp['max_sustained_offered']:,}/s",
-                         f"{theirs:,}/s{more} raw relay (same ramp)",
+                         f"{ramp['max_sustained_offered']:,}/s ({_stop(ramp)})",
+                         f"{theirs:,}/s{'+' if relay['ladder_top'] else ''} raw relay, same "
+                         f"ladder ({_stop(relay)})",
                          f"{ramp['max_sustained_offered'] / max(theirs, 1):.0%}",
                          "≥ 50% of the relay's"))
         elif "max" in res:
@@ -576,7 +728,8 @@ def table(res: dict[str, Any]) -> str:
                          f"{ramp['max_sustained_offered']:,}/s", f"{raw:,.0f}/s raw",
                          f"{ramp['max_sustained_offered'] / raw:.0%}", "≥ 20k/s"))
         rows.append(("zero loss: hosts whose snapshot ≠ last report",
-                     f"{ramp['hosts_mismatched']} of {ramp['hosts_checked']}", "—", "", "0"))
+                     f"{ramp['hosts_mismatched']} of {ramp['hosts_checked']} (each step)",
+                     "—", "", "0"))
         rows.append(("best ramp end-to-end rate", f"{best:,.0f}/s", "", "", ""))
     if "max" in res:
         m = res["max"]
@@ -630,7 +783,7 @@ def plot(res: dict[str, Any], path: Path) -> str:
     except ImportError:
         return "plot skipped: matplotlib is not installed (pip install 'crr[bench]')"
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    lat = res["latency"]["latency_ms"]
+    lat = res.get("latency", {}).get("latency_ms", [])
     if lat:
         a.plot(lat, [(k + 1) / len(lat) for k in range(len(lat))], label="crr (view)")
         a.set_xscale("log")
@@ -641,13 +794,18 @@ def plot(res: dict[str, Any], path: Path) -> str:
         a.legend()
     a.set_xlabel("report → view latency (ms)")
     a.set_ylabel("fraction of reports")
-    a.set_title(f"latency CDF @ {res['latency']['offered_rate']:,.0f} reports/s")
+    if "latency" in res:
+        a.set_title(f"latency CDF @ {res['latency']['offered_rate']:,.0f} reports/s")
     a.grid(visible=True, which="both", alpha=0.3)
     if "ramp" in res:
         steps = res["ramp"]["steps"]
         xs = [s["offered"] for s in steps]
         b.plot(xs, [s["e2e_rate"] for s in steps], "o-", label="crr end-to-end")
         b.plot(xs, [s["published_rate"] for s in steps], "s--", label="published")
+        relay_steps = res.get("relay", {}).get("steps", [])
+        if relay_steps:
+            b.plot([s["offered"] for s in relay_steps], [s["e2e_rate"] for s in relay_steps],
+                   "^-", label="raw relay end-to-end")
         b.plot(xs, xs, ":", color="grey", label="offered")
         if "max" in res:
             b.axhline(res["max"]["raw_publish_async_rate"], color="red", ls="--",
@@ -673,6 +831,8 @@ async def bench(args: argparse.Namespace) -> int:
         plan = Plan(**{**plan.__dict__, "pack": False})
     if args.hosts:
         plan = Plan(**{**plan.__dict__, "hosts": args.hosts})
+    if args.publishers:
+        plan = Plan(**{**plan.__dict__, "publishers": args.publishers})
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before measuring
     res: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
@@ -693,37 +853,40 @@ async def bench(args: argparse.Namespace) -> int:
                 if args.soak:
                     return await soak(nc, server.url, plan, parse_duration(args.soak),
                                       projector=projector, out_dir=out_dir)
-                log(f"latency: {plan.hosts} hosts @ {plan.latency_interval:g}s for "
-                    f"{plan.latency_duration:g}s")
-                res["latency"] = await latency_phase(nc, server.url, plan, plan.latency_duration,
-                                                     projector=projector)
-                log(f"latency p50 {res['latency']['latency_p50_ms']:.1f} ms, "
-                    f"p99 {res['latency']['latency_p99_ms']:.1f} ms")
+                if "latency" not in skip:
+                    log(f"latency: {plan.hosts} hosts @ {plan.latency_interval:g}s for "
+                        f"{plan.latency_duration:g}s")
+                    res["latency"] = await latency_phase(nc, server.url, plan,
+                                                         plan.latency_duration,
+                                                         projector=projector)
+                    log(f"latency p50 {res['latency']['latency_p50_ms']:.1f} ms, "
+                        f"p99 {res['latency']['latency_p99_ms']:.1f} ms")
                 if "ramp" not in skip:
-                    res["ramp"] = await ramp_phase(nc, catalog, plan)
+                    res["ramp"] = await ramp_phase(nc, server.url, plan)
                 res["projector_rss"] = {"hosts": plan.hosts, "rss": projector.rss}
                 if "max" not in skip:
                     res["max"] = await max_phase(nc, catalog, plan)
                     res["projector_rss_after_max"] = projector.rss
-                log("cold start (child processes; best of 3, alternating)")
-                raws, views = [], []
-                for _ in range(3):
-                    raws.append(await asyncio.to_thread(cold_start, server.url, "raw"))
-                    views.append(await asyncio.to_thread(
-                        cold_start, server.url, "view" if plan.pack else "view-nopack"))
-                res["cold_raw"] = min(raws, key=lambda r: r["seconds"])
-                res["cold_view"] = min(views, key=lambda r: r["seconds"])
-                res["cold_runs"] = {"raw_s": [r["seconds"] for r in raws],
-                                    "view_s": [v["seconds"] for v in views],
-                                    "view_rss_delta": [v["rss_delta"] for v in views]}
-                if "relay" not in skip:
+                if "cold" not in skip:
+                    log("cold start (child processes; best of 3, alternating)")
+                    raws, views = [], []
+                    for _ in range(3):
+                        raws.append(await asyncio.to_thread(cold_start, server.url, "raw"))
+                        views.append(await asyncio.to_thread(
+                            cold_start, server.url, "view" if plan.pack else "view-nopack"))
+                    res["cold_raw"] = min(raws, key=lambda r: r["seconds"])
+                    res["cold_view"] = min(views, key=lambda r: r["seconds"])
+                    res["cold_runs"] = {"raw_s": [r["seconds"] for r in raws],
+                                        "view_s": [v["seconds"] for v in views],
+                                        "view_rss_delta": [v["rss_delta"] for v in views]}
+                if "relay" not in skip and not {"latency", "ramp"} <= skip:
                     pad = await relay_pad(nc)
                     projector.stop()  # the relay takes its place (same process layout)
                     projector = None
                     log(f"raw relay (records padded by {pad} bytes)")
-                    relay_plan = plan if "ramp" not in skip else Plan(
-                        **{**plan.__dict__, "relay_loads": ()})
-                    res["relay"] = await relay_phase(nc, server.url, catalog, relay_plan, pad)
+                    res["relay"] = await relay_phase(nc, server.url, plan, pad,
+                                                     latency="latency" not in skip,
+                                                     ramp="ramp" not in skip)
         finally:
             if projector is not None:
                 projector.stop()
@@ -737,6 +900,9 @@ async def bench(args: argparse.Namespace) -> int:
     res["elapsed_s"] = time.monotonic() - started
     (out_dir / "bench-results.json").write_text(json.dumps(res, indent=1))
     print(table(res))
+    verdict = ramp_verdict(res)
+    if verdict is not None:
+        print(f"\n{verdict}")
     print(f"\nresults: {out_dir / 'bench-results.json'}; {plot(res, out_dir / 'bench-plot.png')}"
           f"; took {res['elapsed_s']:.0f}s")
     return 0 if res.get("ramp", {}).get("hosts_mismatched", 0) == 0 else 1
