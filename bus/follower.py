@@ -262,12 +262,13 @@ async def load_compacted(nc: Client, *, stream: str, subject: str,
                          timeout: float = 30.0) -> int:
     """Hand the last record of every subject to `handler`, then stop; the records read.
 
-    The `Follower`'s load alone (one ordered consumer, DeliverLastPerSubject)
-    for one-shot readers, with the same floor: when the consumer's server
-    holds an older copy than the stream leader, reading goes on until it has
-    caught up, so `handler` may get a newer record of a subject it already
-    had (keep the last).  CrrTimeoutError when not complete after `timeout`;
-    StreamNotFoundError (and the rest of `bus.errors`' tree) when it cannot start.
+    The `Follower`'s load alone (one ordered consumer, DeliverLastPerSubject,
+    on the direct receive path) for one-shot readers, with the same floor:
+    when the consumer's server holds an older copy than the stream leader,
+    reading goes on until it has caught up, so `handler` may get a newer
+    record of a subject it already had (keep the last).  CrrTimeoutError when
+    not complete after `timeout`; StreamNotFoundError (and the rest of
+    `bus.errors`' tree) when it cannot start.
     """
     deadline = asyncio.get_running_loop().time() + timeout
     floor = await LeaderFloor.ask(nc, stream, subject)
@@ -281,7 +282,11 @@ async def load_compacted(nc: Client, *, stream: str, subject: str,
         if floor.reached(m.seq):
             reached.set()
 
-    reader = OrderedReader(nc, stream=stream, subject=subject, handler=keep)
+    # Records handled as they are read (`bus.ordered_direct`: no Msg, queue and task hop
+    # per record; flow control answered by records handled): a one-shot load is mostly
+    # receiving, and a projector's restart is mostly this load.
+    reader = OrderedReader(nc, stream=stream, subject=subject, handler=keep,
+                           backpressure=True, direct=True)
     with nats_errors(where=stream):
         await reader.start()
     try:

@@ -64,7 +64,7 @@ from schemas.catalog import EMPTY_CATALOG, Catalog, Kind, ResourceSpec
 from schemas.codec import DECODERS
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ValueEntry
 from schemas.snapshot_lean import ABSENT as ABSENT_ENTRY
-from schemas.snapshot_lean import LeanEntry, LeanRecord, TwinEntry, lean_decoder
+from schemas.snapshot_lean import LeanEntry, LeanRecord, TwinEntry, lean_decoder, lean_fields
 from schemas.wire_time import expires_many, expires_seconds, seconds_of
 
 ABSENT: Final = 0
@@ -385,6 +385,7 @@ class HostTable:
         self._catalog: Catalog = catalog if catalog is not None else EMPTY_CATALOG
         self._on_unreadable = on_unreadable
         self._lean: _LeanCodec | None = None
+        self._getters: list[Callable[[Any], LeanEntry]] | None = None
         self._lean_cols: list[Column] | None = None
         """`_lean_columns` (made again with the columns)."""
         self._unpacked: dict[int, None] = {}
@@ -416,6 +417,7 @@ class HostTable:
         """Follow a new catalog: rebuild every column from the stored snapshots."""
         self._catalog = catalog
         self._lean = None
+        self._getters = None
         self._build_columns()  # (forgets `_lean_cols` too)
 
     def _lean_codec(self) -> _LeanCodec:
@@ -424,6 +426,13 @@ class HostTable:
                            if spec.scope == "host")
             self._lean = _lean_codec(names)
         return self._lean
+
+    def _lean_getters(self) -> list[Callable[[Any], LeanEntry]]:
+        """Per host resource (in the lean codec's order), the getter of its entry in a lean
+        record's values."""
+        if self._getters is None:
+            self._getters = lean_fields(len(self._lean_codec()[2]))
+        return self._getters
 
     def decode_record(self, data: bytes) -> LeanRecord:
         """A host record's lean decode for this table's catalog (msgspec errors if invalid).
@@ -1041,31 +1050,41 @@ class HostTable:
     def _fill_lean(self, rows: IntArray, values: list[Any], *, replace: bool = False) -> None:
         """Write the decoded values of `rows` into every column, one column at a time.
 
-        The entries are transposed into columns in C (`zip`) and each
-        column's are read with C-level passes (`map` of an attribute getter),
-        so the per-value work is numpy's; rows without a value (`ABSENT`) are
-        left as they are, or with `replace` (rows that may hold values, member
-        columns that may exist) cleared as `_put` clears a cell.
+        Each column's entries are taken from the records' values in C (`map` of
+        the column's field getter) and read with C-level passes (`map` of an
+        attribute getter), so the per-value work is numpy's; rows without a
+        value (`ABSENT`) are left as they are, or with `replace` (rows that may
+        hold values, member columns that may exist) cleared as `_put` clears a
+        cell.  A column whose entries are all fresh (the usual case) skips the
+        state codes.
         """
-        _, entries_of, names, _ = self._lean_codec()
+        names, getters = self._lean_codec()[2], self._lean_getters()
         n = len(values)
+        columns = self._columns
         strings: list[tuple[Column, IntArray, list[str]]] = []
-        for name, column in zip(names, zip(*map(entries_of, values), strict=True), strict=False):
-            col = self._columns[name]
-            entries: tuple[LeanEntry, ...] = column
-            codes = np.fromiter(map(_LEAN_CODES.__getitem__, map(_STATE, entries)),
-                                dtype=np.int8, count=n)
-            present = codes != ABSENT
+        fresh_codes: npt.NDArray[np.int8] | None = None
+        for name, getter in zip(names, getters, strict=True):
+            col = columns[name]
+            entries: list[LeanEntry] = list(map(getter, values))
+            states = list(map(_STATE, entries))
             idx = rows
-            if not present.all():
-                if replace:
-                    self._clear_cells(col, rows[~present])
-                if not present.any():
-                    continue
-                where = np.flatnonzero(present)
-                entries = tuple(entries[i] for i in where.tolist())
-                codes = codes[present]
-                idx = rows[where]
+            if states.count("fresh") == n:
+                if fresh_codes is None:
+                    fresh_codes = np.full(n, FRESH, dtype=np.int8)
+                codes = fresh_codes
+            else:
+                codes = np.fromiter(map(_LEAN_CODES.__getitem__, states), dtype=np.int8,
+                                    count=n)
+                present = codes != ABSENT
+                if not present.all():
+                    if replace:
+                        self._clear_cells(col, rows[~present])
+                    if not present.any():
+                        continue
+                    where = np.flatnonzero(present)
+                    entries = list(map(entries.__getitem__, where.tolist()))
+                    codes = codes[present]
+                    idx = rows[where]
             twins = list(map(_TWIN, entries))
             if None in twins:
                 missing = [i for i, t in enumerate(twins) if t is None]

@@ -72,6 +72,16 @@ class LeanRecord(Protocol):
     where the record has no value); `lean_entries` reads them all in that order."""
 
 
+def lean_fields(count: int) -> list[Callable[[Any], Any]]:
+    """Getters of each resource's entry in a `lean_decoder`'s values, in the order of its
+    names (`count` of them)."""
+    return [operator.attrgetter(f) for f in _fields(count)]
+
+
+def _fields(count: int) -> list[str]:
+    return [f"v{i}" for i in range(count)]
+
+
 def lean_decoder(names: Sequence[str], entry: type[LeanEntry | TwinEntry] = LeanEntry,
                  ) -> tuple[msgspec.json.Decoder[Any], Callable[[Any], Any]]:
     """A decoder of host records that reads only the values of `names` (as `entry`), and its
@@ -82,7 +92,7 @@ def lean_decoder(names: Sequence[str], entry: type[LeanEntry | TwinEntry] = Lean
     names are skipped unread.  The reader (`operator.attrgetter` of all the
     fields) gives a record's entries as a tuple in the order of `names`.
     """
-    fields = [f"v{i}" for i in range(len(names))]
+    fields = _fields(len(names))
     values = msgspec.defstruct(
         "LeanValues", [(f, entry, ABSENT) for f in fields],
         rename=dict(zip(fields, names, strict=True)), frozen=True, gc=False, kw_only=True)

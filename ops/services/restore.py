@@ -174,11 +174,14 @@ async def restore_from(js: JetStreamContext, raw: RawRecords, *, partition: int 
     try:
         state = restore(catalog, status.catalog_seq, seq,
                         [decode_record(cluster[1])] if cluster and cluster[1] else [])
+        everyone = partition is None  # (then every host record is this projector's)
+        keep = unread.append
         for subj, (_, data) in raw.items():
-            if not data or subj == SNAPSHOT_CLUSTER or not mine(subj, partition, partitions):
-                continue
+            if not data or not subj.startswith(SNAPSHOT_HOST_PREFIX) or not (
+                    everyone or mine(subj, partition, partitions)):
+                continue  # (the cluster's record is restored above)
             if bound is not None and _as_of_seq(subj, data) <= seq:
-                unread.append((snapshot_host(subj), data))
+                keep((snapshot_host(subj), data))
                 continue
             host, as_of, due = earliest_due(state, data)
             if host is None:

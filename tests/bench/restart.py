@@ -7,7 +7,9 @@ One embedded server; the catalog and one 20-value report per host (the
 stops.  Measured in this process, one after the other, on the same data:
 
 - raw read: an ordered consumer (DeliverLastPerSubject) over CRR_SNAPSHOT
-  that does nothing with the records — the floor any restore pays;
+  that does nothing with the records — the floor any restore pays (nats-py's
+  plain ordered consumer, the baseline; also on the direct receive path that
+  the restore reads through, `bus.ordered_direct`, shown beside it);
 - restore: a new projector from `run()` until `ready` — it reads its
   records and status, restores its fold state (the host records the status
   covers wait unread, bounded by its `next_due_ts`; their first deadlines
@@ -50,8 +52,11 @@ LONG_LIVED = msgspec.structs.replace(bench_catalog(), reporters={
 """The `tests.bench.fold` catalog with values that outlive the run (no expiry at restart)."""
 
 
-async def raw_read(nc: Client) -> tuple[float, int]:
-    """Seconds to read every CRR_SNAPSHOT record (last per subject), and how many."""
+async def raw_read(nc: Client, *, direct: bool = False) -> tuple[float, int]:
+    """Seconds to read every CRR_SNAPSHOT record (last per subject), and how many.
+
+    `direct`: on the direct receive path (`bus.ordered_direct`, as the restore reads),
+    else nats-py's plain ordered consumer (the baseline)."""
     count = 0
 
     def noop(_m: StoredMessage) -> None:
@@ -60,7 +65,7 @@ async def raw_read(nc: Client) -> tuple[float, int]:
 
     t = time.perf_counter()
     reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_ALL,
-                           handler=noop)
+                           handler=noop, backpressure=direct, direct=direct)
     await reader.start()
     try:
         await reader.wait_ready(300)
@@ -85,12 +90,13 @@ async def measure(nc: Client, hosts: int, rounds: int = 3) -> dict[str, Any]:
     first = Projector(nc, status_interval=60.0)
     async with running([first]):
         await first.wait_until(last, timeout=300)
-    raw, restored, rebuilt = [], [], []
+    raw, direct, restored, rebuilt = [], [], [], []
     writes = 0
     records = 0
     for _ in range(rounds):
         seconds, records = await raw_read(nc)
         raw.append(seconds)
+        direct.append((await raw_read(nc, direct=True))[0])
         seconds, p = await start_once(nc, restore=True)
         if not p.restored:
             raise RuntimeError(f"the projector did not restore: {p.start_note}")
@@ -99,10 +105,12 @@ async def measure(nc: Client, hosts: int, rounds: int = 3) -> dict[str, Any]:
         seconds, _ = await start_once(nc, restore=False)
         rebuilt.append(seconds)
     out = {"hosts": hosts, "records": records, "raw_read_s": min(raw),
+           "raw_direct_read_s": min(direct),
            "restore_s": min(restored), "rebuild_s": min(rebuilt),
            "restore_record_writes": writes}
     out["restore_vs_raw"] = out["restore_s"] / out["raw_read_s"]
     out["rebuild_vs_raw"] = out["rebuild_s"] / out["raw_read_s"]
+    out["restore_vs_direct_raw"] = out["restore_s"] / out["raw_direct_read_s"]
     return out
 
 
@@ -123,6 +131,9 @@ def table_rows(res: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     return [(f"projector restart (restore), {r['hosts']:,} hosts", f"{r['restore_s']:.2f} s",
              f"{r['raw_read_s']:.2f} s raw read of CRR_SNAPSHOT", f"{r['restore_vs_raw']:.1f}x",
              "≤ 1.5x"),
+            ("projector restart (restore), beside a direct-path raw read",
+             f"{r['restore_s']:.2f} s", f"{r['raw_direct_read_s']:.2f} s raw read, direct path",
+             f"{r['restore_vs_direct_raw']:.1f}x", ""),
             ("projector rebuild from CRR_EVENTS (no restore)", f"{r['rebuild_s']:.2f} s",
              f"{r['raw_read_s']:.2f} s raw read", f"{r['rebuild_vs_raw']:.1f}x", "")]
 
@@ -131,7 +142,9 @@ def render(res: dict[str, Any]) -> str:
     """One line per figure, each beside the raw read."""
     return (f"projector restart, {res['hosts']} hosts x 20 values: restore "
             f"{res['restore_s']:.2f} s ({res['restore_vs_raw']:.2f}x the raw read of "
-            f"{res['records']} records, {res['raw_read_s']:.2f} s; record writes "
+            f"{res['records']} records, {res['raw_read_s']:.2f} s; "
+            f"{res['restore_vs_direct_raw']:.2f}x a direct-path raw read, "
+            f"{res['raw_direct_read_s']:.2f} s; record writes "
             f"{res['restore_record_writes']}); rebuild from CRR_EVENTS {res['rebuild_s']:.2f} s "
             f"({res['rebuild_vs_raw']:.2f}x)")
 
