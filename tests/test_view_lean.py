@@ -6,12 +6,14 @@ import asyncio
 import gc
 import itertools
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import msgspec
 import pytest
 from nats.aio.client import Client
 
+from bus.connection import connect
 from bus.streams import provision
 from ops.services.view import SchedulerView
 from projections.host_table import HostTable
@@ -180,7 +182,22 @@ async def test_the_view_keeps_no_object_tree_per_host(nc: Client) -> None:
         await view.stop()
 
 
-async def test_packer_waits_while_the_view_is_behind(nc: Client) -> None:
+def _burst_from_another_client(url: str, records: list[tuple[str, bytes]]) -> int:
+    """Publish `records` (acked) on a client of its own in a thread of its own, and wait
+    for it: called from the test's event loop, it holds the view's loop until the whole
+    burst is stored, so the view is behind it by construction (not by a race)."""
+
+    async def publish() -> int:
+        async with connect(url, name="burst") as pub:
+            js = pub.jetstream()
+            acks = [await js.publish_async(subject, data) for subject, data in records]
+            return max([int((await ack).seq) for ack in acks])
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, publish()).result(timeout=60)
+
+
+async def test_packer_waits_while_the_view_is_behind(nc: Client, nats_url: str) -> None:
     """Applying records comes before compressing them: from a live record with more pending
     behind it until one with nothing pending, no kept record is compressed; once caught up
     the packer compresses every record."""
@@ -198,10 +215,7 @@ async def test_packer_waits_while_the_view_is_behind(nc: Client) -> None:
         await view.start()
         await view.wait_ready(10)
         unsubscribe = view.subscribe(on_record)
-        js = nc.jetstream()
-        acks = [await js.publish_async(subject, data)
-                for subject, data in _records(0, 300, twins=True) * 2]
-        seq = max([int((await ack).seq) for ack in acks])
+        seq = _burst_from_another_client(nats_url, _records(0, 300, twins=True) * 2)
         await _wait_position(view, seq)
         unsubscribe()
         assert any(pending for pending, _ in seen), "the burst never left the view behind"
