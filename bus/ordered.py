@@ -232,6 +232,16 @@ class OrderedReader:
                 reply, jsi._fcr = jsi._fcr, None
                 await self._nc.publish(reply)
 
+    @property
+    def waiting(self) -> int:
+        """Messages received and not handled yet: the direct path's backlog (bounded by
+        the server's flow-control window, `bus.ordered_direct`), else nats-py's queue."""
+        if self._direct is not None:
+            return len(self._direct.backlog)
+        sub: Any = getattr(self._sub, "_sub", None)
+        queue = getattr(sub, "_pending_queue", None)
+        return queue.qsize() if queue is not None else 0
+
     async def wait_ready(self, timeout: float = 30.0) -> None:
         """Wait until the initial load is complete (CrrTimeoutError otherwise)."""
         try:

@@ -9,24 +9,34 @@ nats-py's ordered-consumer bookkeeping exactly as nats-py would: the
 expected consumer sequence (a gap is left to nats-py, which resets the
 consumer), the last stream sequence, the delivered count and last reply
 that flow control and idle heartbeats are checked against.  Control
-messages (heartbeats, flow control), a message after a gap, a reply of
-another form (a JetStream domain) and anything while a handler waits take
-nats-py's usual path, in order: while a message sits in the subscription's
-queue or its callback runs, nothing is taken directly.
+messages (heartbeats, flow control), a message after a gap and a reply of
+another form (a JetStream domain) take nats-py's usual path, in order:
+while a message sits in the subscription's queue or its callback runs,
+nothing is taken directly.
 
 Flow control is answered by messages *handled* (`OrderedReader`'s
 backpressure): a handler that returns an awaitable makes later messages
-wait in nats-py's queue, and the server's flow-control request unanswered,
-until it is done.  Installs nothing when nats-py's internals are not as
-expected.
+wait, and the server's flow-control request unanswered, until it is done.
+They wait in a **backlog** of raw bytes (one buffer, `Backlog`), not as
+nats-py `Msg`s in its queue: what the server sends ahead before it stalls
+(its flow-control window, 32 MiB of messages) is then held in ~that many
+bytes, instead of ~4 small Python objects per message — whose freed
+memory stays in the process (pymalloc arenas pinned by the few long-lived
+objects allocated among them), so an overloaded reader's RSS kept the
+high-water mark of every backlog.  Installs nothing when nats-py's
+internals are not as expected.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from nats.js.api import Header
 
 from bus import direct, nats_headers
 
@@ -37,8 +47,80 @@ Deliver = Callable[[int, float, str, bytes, dict[str, str] | None, int],
 """(stream seq, server time, subject, data, headers, pending) of one data message."""
 
 _JSI_NEEDED = ("_dseq", "_sseq", "_active", "track_sequences", "reset_ordered_consumer",
-               "get_js_delivered", "_fcr", "_fcd", "_ordered")
+               "get_js_delivered", "_fcr", "_fcd", "_ordered", "_fctask")
 """What nats-py 2.x's `JetStreamContext._JSI` holds and `Direct` keeps as nats-py would."""
+
+_STALLED = Header.CONSUMER_STALLED.encode() + b":"
+
+DRAIN_TURN = 256
+"""Backlogged messages handled per turn of the event loop (the connection's read loop,
+and with it the acks of the reader's own publishes, runs between turns)."""
+
+
+class Backlog:
+    """Data messages waiting for a handler, as bytes in one buffer (see the module doc).
+
+    Each entry: a fixed head (stream seq, server time in ns, pending, and the
+    lengths of subject, header block and data), then those bytes."""
+
+    _HEAD = struct.Struct("<QQQIiI")
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._at = 0
+        self.count = 0
+        """Messages waiting."""
+        self.peak = 0
+        """The most messages that waited at once (since this backlog was made)."""
+
+    def __len__(self) -> int:
+        return self.count
+
+    @property
+    def size(self) -> int:
+        """Bytes held (waiting messages, and taken ones until the buffer is compacted)."""
+        return len(self._buf)
+
+    def add(self, seq: int, ts_ns: int, pending: int, subject: bytes,  # noqa: PLR0917 - a message's fields
+            headers: bytes | None, data: bytes) -> None:
+        """Keep one message (its header block raw: parsed when it is taken)."""
+        buf = self._buf
+        buf += self._HEAD.pack(seq, ts_ns, pending, len(subject),
+                               -1 if headers is None else len(headers), len(data))
+        buf += subject
+        if headers is not None:
+            buf += headers
+        buf += data
+        self.count += 1
+        self.peak = max(self.peak, self.count)
+
+    def take(self) -> tuple[int, int, int, bytes, bytes | None, bytes]:
+        """The oldest message: (seq, ts_ns, pending, subject, header block, data)."""
+        buf, at = self._buf, self._at
+        seq, ts, pending, ls, lh, ld = self._HEAD.unpack_from(buf, at)
+        at += self._HEAD.size
+        subject = bytes(buf[at:at + ls])
+        at += ls
+        headers = None
+        if lh >= 0:
+            headers = bytes(buf[at:at + lh])
+            at += lh
+        data = bytes(buf[at:at + ld])
+        self._at = at + ld
+        self.count -= 1
+        if not self.count:  # empty: let the buffer go (its memory back to the allocator)
+            self._buf, self._at = bytearray(), 0
+        return seq, ts, pending, subject, headers, data
+
+    def compact(self) -> None:
+        """Drop the bytes of the messages taken (a bytearray drops a prefix in place)."""
+        if self._at:
+            del self._buf[:self._at]
+            self._at = 0
+
+    def clear(self) -> None:
+        """Forget every waiting message."""
+        self._buf, self._at, self.count = bytearray(), 0, 0
 
 
 class Direct:
@@ -55,7 +137,13 @@ class Direct:
         self._busy = False
         """nats-py's callback path is handling a message."""
         self.blocked: asyncio.Task[None] | None = None
-        """A handler's wait still running: later messages take the queue."""
+        """A handler's wait, then the backlog's handling, still running: later data
+        messages join the backlog."""
+        self.stalls = 0
+        """Idle heartbeats of a stalled server answered only once the messages before
+        them were handled (`_on_stalled`)."""
+        self.backlog = Backlog()
+        """Data messages received while a handler waits, in order (see the module doc)."""
         self._sid = -1
         self._stopped = False
         sub: Any = getattr(psub, "_sub", None)
@@ -82,6 +170,11 @@ class Direct:
                 self._route()
 
         jsi.reset_ordered_consumer = reset
+        # nats-py's periodic flow-control check counts messages received and not in its
+        # queue as delivered: the backlog's would count. Ours counts messages handled.
+        if jsi._fctask is not None:
+            jsi._fctask.cancel()
+        jsi._fctask = asyncio.ensure_future(self._check_flow_control())
         self._route()
 
     def _route(self) -> None:
@@ -95,11 +188,17 @@ class Direct:
         """No route any more (before unsubscribing; a reset under way adds none)."""
         self._stopped = True
         direct.unroute_sid(self._nc, self._sid)
+        if self.blocked is not None:
+            self.blocked.cancel()
+            self.blocked = None
+        self.backlog.clear()
 
     def _on_raw(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> bool:
-        """A message as read: handled (True), or left to nats-py's path (False)."""
-        if (self._busy or self.blocked is not None or not reply.startswith(b"$JS.ACK.")
-                or self._sub._pending_queue.qsize()):
+        """A message as read: handled or kept in the backlog (True), or left to nats-py's
+        path (False)."""
+        if not reply and headers is not None and _STALLED in headers:
+            return self._on_stalled(headers)
+        if self._busy or not reply.startswith(b"$JS.ACK.") or self._sub._pending_queue.qsize():
             return False
         t = reply.split(b".")
         if len(t) != 9:
@@ -108,11 +207,8 @@ class Direct:
         dseq = int(t[6])
         if dseq != jsi._dseq:
             return False  # a gap: nats-py's path resets the consumer
-        hdrs: dict[str, str] | None = None
-        if headers is not None:
-            if not nats_headers.plain(headers):
-                return False
-            hdrs = nats_headers.parse_headers(headers)
+        if headers is not None and not nats_headers.plain(headers):
+            return False
         sseq = int(t[5])
         self._sub._received += 1
         jsi._active = True
@@ -120,8 +216,41 @@ class Direct:
         jsi._sseq = sseq
         jsi.track_sequences(reply.decode())
         self.direct += 1
+        if self.blocked is not None:  # a handler waits: in order, after what waits already
+            self.backlog.add(sseq, int(t[7]), int(t[8]), subject, headers, data)
+            return True
+        self._deliver_now(sseq, int(t[7]), int(t[8]), subject, headers, data)
+        return True
+
+    def _on_stalled(self, headers: bytes) -> bool:
+        """An idle heartbeat saying the server waits for a flow-control answer: nats-py
+        would answer it at once; while received messages wait unhandled, it is answered
+        once they are handled instead (as a flow-control request is), so the server does
+        not send another window meanwhile.  Otherwise (nothing waits, or the heartbeat
+        shows a gap: a reset) nats-py's path takes it."""
+        jsi = self._jsi
+        if self.handled >= jsi._fciseq:
+            return False
+        fields = nats_headers.parse_lines(headers.partition(b"\r\n")[2])
+        reply = fields.get(Header.CONSUMER_STALLED)
+        last = fields.get(Header.LAST_CONSUMER)
+        cmeta = jsi._cmeta
+        if not reply or not cmeta or last != cmeta.split(".")[6]:
+            return False
+        jsi._active = True
+        if not jsi._fcr:
+            jsi._fcd = jsi._fciseq
+        jsi._fcr = reply
+        self.stalls += 1
+        return True
+
+    def _deliver_now(self, sseq: int, ts_ns: int, pending: int,  # noqa: PLR0917 - a message's fields
+                     subject: bytes, headers: bytes | None, data: bytes) -> None:
+        """Hand one data message to `deliver`; when it returns an awaitable, wait for it
+        (`blocked`) and then handle the backlog."""
+        hdrs = None if headers is None else nats_headers.parse_headers(headers)
         try:
-            out = self._deliver(sseq, int(t[7]) / 1e9, subject.decode(), data, hdrs, int(t[8]))
+            out = self._deliver(sseq, ts_ns / 1e9, subject.decode(), data, hdrs, pending)
         except Exception:
             self.handled += 1  # (as nats-py's callback path counts it; the parser logs it)
             raise
@@ -129,15 +258,47 @@ class Direct:
             self.handled += 1
         else:
             self.blocked = asyncio.ensure_future(self._until_done(out))
-        return True
 
     async def _until_done(self, out: Awaitable[None]) -> None:
+        """Wait for the handler, then handle the backlog in order (`DRAIN_TURN` a turn),
+        waiting again whenever the handler asks to; `blocked` until it is empty."""
+        try:
+            await self._wait_for(out)
+            backlog = self.backlog
+            turn = 0
+            while backlog:
+                sseq, ts, pending, subject, headers, data = backlog.take()
+                hdrs = None if headers is None else nats_headers.parse_headers(headers)
+                try:
+                    waiting = self._deliver(sseq, ts / 1e9, subject.decode(), data, hdrs,
+                                            pending)
+                except Exception:  # as a callback's would, it must not end the handling
+                    log.exception("handling a message on %r failed", subject)
+                    waiting = None
+                if waiting is not None:
+                    backlog.compact()
+                    await self._wait_for(waiting)
+                    turn = 0
+                    continue
+                self.handled += 1
+                turn += 1
+                if turn >= DRAIN_TURN and backlog:
+                    turn = 0
+                    backlog.compact()
+                    await self.answer_flow_control()
+                    await asyncio.sleep(0)
+        finally:
+            self.blocked = None
+        await self.answer_flow_control()
+
+    async def _wait_for(self, out: Awaitable[None]) -> None:
+        """A handler's wait; then its message counts as handled (failed or not: logged)."""
         try:
             await out
+        except Exception:  # as a callback's would, it must not stop the backlog
+            log.exception("a handler's wait failed")
         finally:
             self.handled += 1
-            self.blocked = None
-            await self.answer_flow_control()
 
     async def before_callback(self) -> None:
         """nats-py's callback path begins a message: after the handler's wait, if any."""
@@ -150,6 +311,14 @@ class Direct:
         self.handled += 1
         self._busy = False
         await self.answer_flow_control()
+
+    async def _check_flow_control(self) -> None:
+        """nats-py's `check_flow_control_response` (answer a request once the messages
+        before it are handled), every 0.25 s as there, by messages handled."""
+        while not self._nc.is_closed:
+            with contextlib.suppress(Exception):  # as nats-py's: the next round retries
+                await self.answer_flow_control()
+            await asyncio.sleep(0.25)
 
     async def answer_flow_control(self) -> None:
         """Answer a pending flow-control request the handled messages now cover."""

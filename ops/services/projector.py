@@ -66,6 +66,7 @@ from bus.ordered import OrderedReader, StoredMessage
 from bus.retry import SNAPSHOT_WRITE, TAKEOVER_READ
 from bus.stream_check import Generations, Seen, lost
 from bus.streams import StreamSettings, provision, stored_partitions
+from ops.services import heap
 from ops.services.checkpoint_read import RawRecords, load_checkpoint
 from ops.services.lease import Lease
 from ops.services.metrics import ProjectorMetrics
@@ -102,12 +103,13 @@ log = logging.getLogger("crr.projector")
 
 _status_decoder: msgspec.json.Decoder[ProjectorStatus] = DECODERS[ProjectorStatus]
 
-HOLD_LIMIT = 32_768
+HOLD_LIMIT = 1024
 """Events held during a flush before the reader is made to wait (see `_on_event`).
 
-Waiting stalls the server's delivery until the flush ends, which costs throughput
-(with 4096: 13-14k events/s instead of 15-21k at the maximum rate, 50k hosts, one
-noisy 2-core box); holding costs ~1.3 KB per event."""
+Later ones wait in the reader's backlog, as raw bytes (`bus.ordered_direct`), up to the
+server's flow-control window (32 MiB of messages); the rest waits in CRR_EVENTS.  Held
+events cost ~1.3 KB each in small objects, whose freed memory the process keeps (32,768
+of them with a backlog of `Msg`s made the RSS after an overload 2-3x the steady one)."""
 
 
 REFINE_CHUNK = 500
@@ -251,6 +253,10 @@ class Projector:
         self._flushed.set()
         self._held: list[tuple[StoredMessage, tracing.SpanContext | None]] | None = None
         """Events that arrived while a flush was encoding, folded when it ends."""
+        self._trim_due = False
+        """The reader was made to wait (behind): give freed memory back once caught up."""
+        self.trims = 0
+        """Times freed memory was given back after catching up (`heap.trim`)."""
         self.metrics = ProjectorMetrics(self)
         # Only the metrics census reads the written bytes back; otherwise a digest per
         # record is enough to skip unchanged writes (≈20 B instead of ≈4.5 KB per host).
@@ -297,8 +303,16 @@ class Projector:
         if len(self._held) >= HOLD_LIMIT:
             # Back-pressure: the reader waits for the flush (and the server for the
             # reader: see OrderedReader's `backpressure`) instead of buffering here.
+            self._trim_due = True
             return self._until_flushed()
         return None
+
+    @property
+    def buffered(self) -> int:
+        """Events received and not folded yet: held during a flush (≤ `HOLD_LIMIT`) and
+        waiting in the reader (≤ the server's flow-control window)."""
+        held = len(self._held) if self._held is not None else 0
+        return held + (self._events.waiting if self._events is not None else 0)
 
     async def _until_flushed(self) -> None:
         await self._flushed.wait()
@@ -798,6 +812,11 @@ class Projector:
                             await self._write_status(now)
                         next_status = now + self._status_interval
                     failures = 0
+                    if self._trim_due and not self._pos.pending and not self.buffered:
+                        # Caught up after being behind: what the backlog's handling freed
+                        # (the allocator keeps it otherwise) goes back to the OS.
+                        self._trim_due = False
+                        self.trims += heap.trim()
                     if self._gc_freeze and len(self.state.hosts) > max(
                             1000, self._frozen_hosts * 1.1):
                         self._freeze_gc()
