@@ -52,6 +52,11 @@ _JSI_NEEDED = ("_dseq", "_sseq", "_active", "track_sequences", "reset_ordered_co
 
 _STALLED = Header.CONSUMER_STALLED.encode() + b":"
 
+FLOW_WINDOW = 32 * 1024 * 1024
+"""What nats-server sends a push consumer ahead of its flow-control answers, at most
+(`JsFlowControlMaxPending`; it starts at 1/16 of it and doubles per answer): the bound of
+`Backlog`, whose entries are smaller than the messages as the server counts them."""
+
 DRAIN_TURN = 256
 """Backlogged messages handled per turn of the event loop (the connection's read loop,
 and with it the acks of the reader's own publishes, runs between turns)."""
@@ -71,7 +76,7 @@ class Backlog:
         self.count = 0
         """Messages waiting."""
         self.peak = 0
-        """The most messages that waited at once (since this backlog was made)."""
+        """The most bytes held at once (since this backlog was made)."""
 
     def __len__(self) -> int:
         return self.count
@@ -92,7 +97,7 @@ class Backlog:
             buf += headers
         buf += data
         self.count += 1
-        self.peak = max(self.peak, self.count)
+        self.peak = max(self.peak, len(buf))
 
     def take(self) -> tuple[int, int, int, bytes, bytes | None, bytes]:
         """The oldest message: (seq, ts_ns, pending, subject, header block, data)."""

@@ -8,11 +8,14 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
 from nats.aio.client import Client
 from nats.js.api import DeliverPolicy, StreamConfig
 
 from bus.connection import connect
 from bus.ordered import OrderedReader, StoredMessage
+from bus.ordered_direct import FLOW_WINDOW, Backlog
 from bus.server import NatsServer
 from tests.fault_support import eventually
 
@@ -130,9 +133,9 @@ async def test_idle_heartbeats_find_no_mismatch(nc: Client) -> None:
 
 
 async def test_flow_control_waits_for_a_waiting_handler(nc: Client) -> None:
-    """While the handler waits, later messages queue in order and the server's flow-control
-    request stays unanswered (the backlog stays in the stream); once it is done,
-    everything arrives, once and in order."""
+    """While the handler waits, later messages wait in order in the backlog (not nats-py's
+    queue) and the server's flow-control request stays unanswered (the rest stays in the
+    stream); once it is done, everything arrives, once and in order."""
     await _stream(nc, 3000, size=2000)
     out: list[StoredMessage] = []
     gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -146,7 +149,8 @@ async def test_flow_control_waits_for_a_waiting_handler(nc: Client) -> None:
     jsi = _jsi(reader)
     await eventually(lambda: jsi._fcr is not None, 20, "a flow-control request held")
     assert len(out) == 10
-    assert _sub(reader)._pending_queue.qsize() < 3000
+    assert _sub(reader)._pending_queue.qsize() == 0
+    assert 0 < reader.waiting < 3000
     gate.set_result(None)
     await reader.wait_ready(30)
     assert _seqs(out) == list(range(1, 3001))
@@ -181,3 +185,65 @@ async def test_a_server_restart_resumes_after_the_last_message(nats_server: Nats
         assert _seqs(out) == list(range(1, 71))
         assert d.direct > 50
         await reader.stop()
+
+
+async def test_a_stalled_server_waits_until_the_backlog_is_handled(nc: Client) -> None:
+    """A handler that waits long: the server stalls on its flow-control window and says so
+    in its idle heartbeats; those are not answered while received messages wait, so no
+    further window arrives (what the reader holds stays bounded, the rest waits in the
+    stream), and nothing is lost or reordered once the handler goes on."""
+    total = 5000
+    await _stream(nc, total, size=2000)  # ~10 MB: more than the server's first window
+    out: list[StoredMessage] = []
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def handler(m: StoredMessage) -> Awaitable[None] | None:
+        out.append(m)
+        return gate if m.seq == 10 else None
+
+    reader = _reader(nc, out, handler=handler, idle_heartbeat=0.2)
+    await reader.start()
+    d = reader._direct
+    assert d is not None
+    jsi = _jsi(reader)
+    await eventually(lambda: d.stalls >= 1, 20, "a heartbeat saying the server is stalled")
+    received = jsi._fciseq
+    await eventually(lambda: d.stalls >= 3, 20, "two more of them")
+    assert jsi._fciseq == received, "the server sent more while the backlog waited"
+    assert received < total
+    assert len(out) == 10
+    assert reader.waiting == len(d.backlog) == received - 10
+    assert _sub(reader)._pending_queue.qsize() == 0
+    assert d.backlog.peak <= FLOW_WINDOW
+    gate.set_result(None)
+    await reader.wait_ready(30)
+    assert _seqs(out) == list(range(1, total + 1))
+    assert out[0].headers == {"Nats-Msg-Id": "m0"}
+    assert out[2].headers is None
+    assert (d.handled, len(d.backlog), d.blocked) == (total, 0, None)
+    await reader.stop()
+
+
+_entries = st.lists(st.tuples(
+    st.integers(0, 2**63), st.integers(0, 2**63), st.integers(0, 2**63),
+    st.binary(max_size=40), st.none() | st.binary(max_size=40), st.binary(max_size=300)),
+    max_size=30)
+
+
+@given(first=_entries, second=_entries, taken=st.integers(0, 30))
+def test_the_backlog_gives_back_what_it_kept_in_order(
+        first: list[tuple[int, int, int, bytes, bytes | None, bytes]],
+        second: list[tuple[int, int, int, bytes, bytes | None, bytes]], taken: int) -> None:
+    """Whatever is added, taken and compacted in between, `take` returns every entry
+    exactly as added, in order, and an emptied backlog holds no bytes."""
+    backlog = Backlog()
+    for e in first:
+        backlog.add(*e)
+    got = [backlog.take() for _ in range(min(taken, len(first)))]
+    backlog.compact()
+    for e in second:
+        backlog.add(*e)
+    while backlog:
+        got.append(backlog.take())
+    assert got == first + second
+    assert (len(backlog), backlog.size) == (0, 0)

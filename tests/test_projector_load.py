@@ -1,4 +1,5 @@
-"""The projector under load: events held during a flush, back-pressure, exactness (issue 8)."""
+"""The projector under load: events held during a flush, back-pressure, what it buffers
+while behind, exactness (issues 8 and 13)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from nats.js.api import DeliverPolicy
 
 import ops.services.projector
 from bus.ordered import OrderedReader, StoredMessage
+from bus.ordered_direct import FLOW_WINDOW
 from bus.pipeline_publish import PipelinePublisher
 from ops.cli import build_parser
 from ops.services.snapshot_writer import SnapshotWriter
 from schemas.codec import decode
 from schemas.snapshot import HostSnapshot
 from schemas.subjects import EVENTS_STREAM, event_subject, host_snapshot_subject
+from tests.fault_support import eventually
 from tests.projector_support import publish_catalog, read_consistent_snapshot, running_projector
 
 HOSTS = 150
@@ -129,3 +132,67 @@ async def test_burst_with_held_events_is_exact(
         out = capsys.readouterr().out
         assert code == 0, out
         assert "byte-identical" in out
+
+
+async def test_behind_the_projector_buffers_a_bounded_amount(
+        nc: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flush that cannot write (the projector falls behind): it holds at most HOLD_LIMIT
+    events, its reader's backlog at most the server's flow-control window, and the server
+    waits (its stalled heartbeats unanswered) with the rest in CRR_EVENTS; once the flush
+    goes on, every event is folded once, and the freed memory is given back."""
+    limit = 50
+    monkeypatch.setattr(ops.services.projector, "HOLD_LIMIT", limit)
+    gate, entered = asyncio.Event(), asyncio.Event()
+    gate.set()
+    write = SnapshotWriter._pipelined
+
+    async def gated(self: SnapshotWriter, records: Any, slow: Any) -> None:
+        entered.set()
+        await gate.wait()
+        await write(self, records, slow)
+
+    monkeypatch.setattr(SnapshotWriter, "_pipelined", gated)
+    hosts, rounds = 500, 24  # 12k reports, ~4 MB as stored: more than the server's first window
+    async with running_projector(nc) as p:
+        await p.wait_until(await publish_catalog(nc))
+        applied_before, trims_before = p.applied, p.trims
+        gate.clear()
+        entered.clear()
+        expected: dict[str, float] = {}
+        async with PipelinePublisher(nc) as pipe:
+            for r in range(rounds):
+                for h in range(hosts):
+                    host = f"node{h:03d}"
+                    value = float(r * 1000 + h)
+                    body = json.dumps({"reporter": "scratch", "host": host, "boot": "b",
+                                       "seq": r + 1, "observed_at": "2026-12-02T14:00:00.000Z",
+                                       "values": {"scratch_free": value}}).encode()
+                    await pipe.publish(event_subject("report", "scratch", host), body,
+                                       {"Nats-Msg-Id": f"scratch/{host}/b/{r + 1}"})
+                    expected[host] = value
+                    if r == h == 0:  # the first report starts a flush, which waits at the gate
+                        await pipe.flush(10)
+                        await asyncio.wait_for(entered.wait(), 10)
+            await pipe.flush(30)
+            last_seq = pipe.stats.last_seq
+        events = p._events
+        assert events is not None
+        direct = events._direct
+        assert direct is not None
+        await eventually(lambda: direct.stalls >= 1, 30, "the server stalled on flow control")
+        buffered = p.buffered
+        await eventually(lambda: direct.stalls >= 2, 30, "another stalled heartbeat")
+        assert p.buffered == buffered, "the server sent more while the projector was behind"
+        assert p._held is not None
+        assert len(p._held) == limit
+        assert 0 < events.waiting < hosts * rounds
+        assert direct.backlog.peak <= FLOW_WINDOW
+        gate.set()
+        await p.wait_until(last_seq, 60)
+        assert p.applied - applied_before == hosts * rounds  # none lost, none applied twice
+        assert p.buffered == 0
+        await eventually(lambda: p.trims > trims_before, 10, "freed memory given back")
+        _, records = await read_consistent_snapshot(nc)
+        for host, value in expected.items():
+            snap = decode(records[host_snapshot_subject(host)], HostSnapshot)
+            assert snap.values["scratch_free"].value == value
