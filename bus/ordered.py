@@ -242,6 +242,12 @@ class OrderedReader:
         queue = getattr(sub, "_pending_queue", None)
         return queue.qsize() if queue is not None else 0
 
+    async def drained(self) -> None:
+        """Wait until the messages waiting in the direct path's backlog are handled (a
+        handler that lets its backlog go first: folding more before writing)."""
+        if self._direct is not None:
+            await self._direct.drained()
+
     async def wait_ready(self, timeout: float = 30.0) -> None:
         """Wait until the initial load is complete (CrrTimeoutError otherwise)."""
         try:

@@ -296,6 +296,12 @@ class Direct:
             self.blocked = None
         await self.answer_flow_control()
 
+    async def drained(self) -> None:
+        """Wait until a handler's wait and the backlog behind it are done (at once when
+        nothing waits)."""
+        while self.blocked is not None:
+            await asyncio.shield(self.blocked)
+
     async def _wait_for(self, out: Awaitable[None]) -> None:
         """A handler's wait; then its message counts as handled (failed or not: logged)."""
         try:

@@ -112,6 +112,10 @@ events cost ~1.3 KB each in small objects, whose freed memory the process keeps 
 of them with a backlog of `Msg`s made the RSS after an overload 2-3x the steady one)."""
 
 
+BACKLOG_WAIT = 1.0
+"""At most this long a flush waits for the reader's backlog to be folded first."""
+
+
 REFINE_CHUNK = 500
 """Restored records whose first deadline `_refine_lazy` reads per turn of the loop (~5 ms)."""
 
@@ -306,6 +310,13 @@ class Projector:
             self._trim_due = True
             return self._until_flushed()
         return None
+
+    async def _fold_backlog(self) -> None:
+        """Before a flush, fold what waits in the reader (up to `BACKLOG_WAIT` seconds):
+        one flush then writes a host that many of those events changed once."""
+        if self._events is not None and self._events.waiting:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._events.drained(), BACKLOG_WAIT)
 
     @property
     def buffered(self) -> int:
@@ -795,6 +806,7 @@ class Projector:
                         with nats_errors():
                             await self._rebuild()
                         next_status = 0.0
+                    await self._fold_backlog()
                     now = tick()
                     self._expire(now)
                     # Events that changed nothing (a dead letter's own copy, a duplicate)
