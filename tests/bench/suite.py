@@ -26,7 +26,7 @@ scheduler view (`ops.services.view.SchedulerView`) in this process.  Measured:
    connected and idle before it);
 5. `select[]` host-evaluations/s vs the hand-written lambda (and ClassAd
    when `htcondor` is importable), reusing `tests.bench.select`;
-6. projector RSS per host;
+6. projector RSS per host, after the fixed-rate phase and after the ramp;
 7. the **raw relay** baseline (`tests.bench.relay`): the same publisher and
    rates, a process that only republishes each report (padded to a host
    record's size) into a last-per-subject stream, and a reader here — its
@@ -779,8 +779,13 @@ def table(res: dict[str, Any]) -> str:
                      _mb(v["rss_delta"]), "", "≤ 3 kB/host"))
     if "projector_rss" in res:
         p = res["projector_rss"]
-        rows.append((f"projector RSS, {p['hosts']:,} hosts × {RESOURCES} values", _mb(p["rss"]),
-                     f"{p['rss'] / p['hosts'] / 1e3:.1f} kB/host", "", "≤ 400 MB at 50k"))
+        phases = [(f" after {after}", res[key]) for key, after in (
+            ("projector_rss_after_latency", "the fixed-rate phase"),
+            ("projector_rss_after_ramp", "the ramp (overloaded at its top)")) if key in res]
+        for after, rss in phases or [("", p["rss"])]:
+            rows.append((f"projector RSS{after}, {p['hosts']:,} hosts × {RESOURCES} values",
+                         _mb(rss), f"{rss / p['hosts'] / 1e3:.1f} kB/host", "",
+                         "≤ 400 MB at 50k"))
     if "select" in res:
         s = res["select"]
         for label, c in s["cases"].items():
@@ -888,8 +893,10 @@ async def bench(args: argparse.Namespace) -> int:
                                                          projector=projector)
                     log(f"latency p50 {res['latency']['latency_p50_ms']:.1f} ms, "
                         f"p99 {res['latency']['latency_p99_ms']:.1f} ms")
+                    res["projector_rss_after_latency"] = projector.rss
                 if "ramp" not in skip:
                     res["ramp"] = await ramp_phase(nc, server.url, plan)
+                    res["projector_rss_after_ramp"] = projector.rss
                 res["projector_rss"] = {"hosts": plan.hosts, "rss": projector.rss}
                 if "max" not in skip:
                     res["max"] = await max_phase(nc, catalog, plan)
