@@ -80,52 +80,70 @@ async def test_reader_backpressure_leaves_the_backlog_in_the_stream(nc: Client) 
         await reader.stop()
 
 
-async def test_burst_with_held_events_is_exact(
-        nc: Client, nats_url: str, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    """Events held during a flush (reader made to wait) are folded exactly once; --verify agrees."""
-    monkeypatch.setattr(ops.services.projector, "HOLD_LIMIT", 2)  # the reader waits after 2 held
+def _gate_flushes(monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Event, asyncio.Event]:
+    """(gate, entered): a flush that cannot write while `gate` is clear (what arrives
+    meanwhile is held, then waits in the reader); `entered` is set when a flush begins."""
     gate, entered = asyncio.Event(), asyncio.Event()
     gate.set()
     write = SnapshotWriter._pipelined
 
     async def gated(self: SnapshotWriter, records: Any, slow: Any) -> None:
-        # A flush that cannot write until the test says so: what arrives meanwhile is held.
         entered.set()
         await gate.wait()
         await write(self, records, slow)
 
     monkeypatch.setattr(SnapshotWriter, "_pipelined", gated)
+    return gate, entered
+
+
+async def _burst_behind_a_flush(nc: Client, entered: asyncio.Event, *, hosts: int,
+                                rounds: int) -> tuple[dict[str, float], int]:
+    """`rounds` reports of `hosts` hosts, the first of which starts a flush (waiting at the
+    gate) before the others are published: each host's last value, and the last seq."""
+    expected: dict[str, float] = {}
+    async with PipelinePublisher(nc) as pipe:
+        for r in range(rounds):
+            for h in range(hosts):
+                host = f"node{h:03d}"
+                value = float(r * 1000 + h)
+                body = json.dumps({"reporter": "scratch", "host": host, "boot": "b",
+                                   "seq": r + 1, "observed_at": "2026-12-02T14:00:00.000Z",
+                                   "values": {"scratch_free": value}}).encode()
+                await pipe.publish(event_subject("report", "scratch", host), body,
+                                   {"Nats-Msg-Id": f"scratch/{host}/b/{r + 1}"})
+                expected[host] = value
+                if r == h == 0:  # the first report starts a flush, which waits at the gate
+                    await pipe.flush(10)
+                    await asyncio.wait_for(entered.wait(), 10)
+        await pipe.flush(30)
+        return expected, pipe.stats.last_seq
+
+
+async def _assert_records(nc: Client, expected: dict[str, float]) -> None:
+    """Every host's record holds the last value sent."""
+    _, records = await read_consistent_snapshot(nc)
+    for host, value in expected.items():
+        snap = decode(records[host_snapshot_subject(host)], HostSnapshot)
+        assert snap.values["scratch_free"].value == value
+
+
+async def test_burst_with_held_events_is_exact(
+        nc: Client, nats_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Events held during a flush (reader made to wait) are folded exactly once; --verify agrees."""
+    monkeypatch.setattr(ops.services.projector, "HOLD_LIMIT", 2)  # the reader waits after 2 held
+    gate, entered = _gate_flushes(monkeypatch)
     async with running_projector(nc) as p:
         await p.wait_until(await publish_catalog(nc))
         applied_before = p.applied
         gate.clear()
         entered.clear()
-        expected: dict[str, float] = {}
-        async with PipelinePublisher(nc) as pipe:
-            for r in range(ROUNDS):
-                for h in range(HOSTS):
-                    host = f"node{h:03d}"
-                    value = float(r * 1000 + h)
-                    body = json.dumps({"reporter": "scratch", "host": host, "boot": "b",
-                                       "seq": r + 1, "observed_at": "2026-12-02T14:00:00.000Z",
-                                       "values": {"scratch_free": value}}).encode()
-                    await pipe.publish(event_subject("report", "scratch", host), body,
-                                       {"Nats-Msg-Id": f"scratch/{host}/b/{r + 1}"})
-                    expected[host] = value
-                    if r == h == 0:  # the first report starts a flush, which waits at the gate
-                        await pipe.flush(10)
-                        await asyncio.wait_for(entered.wait(), 10)
-            await pipe.flush(30)
-            last_seq = pipe.stats.last_seq
+        expected, last_seq = await _burst_behind_a_flush(nc, entered, hosts=HOSTS, rounds=ROUNDS)
         gate.set()
         await p.wait_until(last_seq, 30)
         assert p.applied - applied_before == HOSTS * ROUNDS  # none lost, none applied twice
         assert p.held >= 2
-        _, records = await read_consistent_snapshot(nc)
-        for host, value in expected.items():
-            snap = decode(records[host_snapshot_subject(host)], HostSnapshot)
-            assert snap.values["scratch_free"].value == value
+        await _assert_records(nc, expected)
         ns: argparse.Namespace = build_parser().parse_args(
             ["replay", "--server", nats_url, "--verify"])
         code = await ns.func(ns)
@@ -142,39 +160,14 @@ async def test_behind_the_projector_buffers_a_bounded_amount(
     goes on, every event is folded once, and the freed memory is given back."""
     limit = 50
     monkeypatch.setattr(ops.services.projector, "HOLD_LIMIT", limit)
-    gate, entered = asyncio.Event(), asyncio.Event()
-    gate.set()
-    write = SnapshotWriter._pipelined
-
-    async def gated(self: SnapshotWriter, records: Any, slow: Any) -> None:
-        entered.set()
-        await gate.wait()
-        await write(self, records, slow)
-
-    monkeypatch.setattr(SnapshotWriter, "_pipelined", gated)
+    gate, entered = _gate_flushes(monkeypatch)
     hosts, rounds = 500, 24  # 12k reports, ~4 MB as stored: more than the server's first window
     async with running_projector(nc) as p:
         await p.wait_until(await publish_catalog(nc))
         applied_before, trims_before = p.applied, p.trims
         gate.clear()
         entered.clear()
-        expected: dict[str, float] = {}
-        async with PipelinePublisher(nc) as pipe:
-            for r in range(rounds):
-                for h in range(hosts):
-                    host = f"node{h:03d}"
-                    value = float(r * 1000 + h)
-                    body = json.dumps({"reporter": "scratch", "host": host, "boot": "b",
-                                       "seq": r + 1, "observed_at": "2026-12-02T14:00:00.000Z",
-                                       "values": {"scratch_free": value}}).encode()
-                    await pipe.publish(event_subject("report", "scratch", host), body,
-                                       {"Nats-Msg-Id": f"scratch/{host}/b/{r + 1}"})
-                    expected[host] = value
-                    if r == h == 0:  # the first report starts a flush, which waits at the gate
-                        await pipe.flush(10)
-                        await asyncio.wait_for(entered.wait(), 10)
-            await pipe.flush(30)
-            last_seq = pipe.stats.last_seq
+        expected, last_seq = await _burst_behind_a_flush(nc, entered, hosts=hosts, rounds=rounds)
         events = p._events
         assert events is not None
         direct = events._direct
@@ -192,7 +185,4 @@ async def test_behind_the_projector_buffers_a_bounded_amount(
         assert p.applied - applied_before == hosts * rounds  # none lost, none applied twice
         assert p.buffered == 0
         await eventually(lambda: p.trims > trims_before, 10, "freed memory given back")
-        _, records = await read_consistent_snapshot(nc)
-        for host, value in expected.items():
-            snap = decode(records[host_snapshot_subject(host)], HostSnapshot)
-            assert snap.values["scratch_free"].value == value
+        await _assert_records(nc, expected)
