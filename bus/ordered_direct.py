@@ -23,8 +23,11 @@ nats-py `Msg`s in its queue: what the server sends ahead before it stalls
 bytes, instead of ~4 small Python objects per message — whose freed
 memory stays in the process (pymalloc arenas pinned by the few long-lived
 objects allocated among them), so an overloaded reader's RSS kept the
-high-water mark of every backlog.  Installs nothing when nats-py's
-internals are not as expected.
+high-water mark of every backlog.  A stalled server's idle heartbeats
+(which nats-py answers at once, letting another window in every heartbeat)
+and nats-py's periodic flow-control check (which counts the backlog as
+delivered) answer only once the messages before them are handled.  Installs
+nothing when nats-py's internals are not as expected.
 """
 
 from __future__ import annotations
@@ -151,6 +154,7 @@ class Direct:
         """Data messages received while a handler waits, in order (see the module doc)."""
         self._sid = -1
         self._stopped = False
+        self._fc_task: asyncio.Future[None] | None = None
         sub: Any = getattr(psub, "_sub", None)
         jsi: Any = getattr(sub, "_jsi", None)
         self._sub: Any = sub
@@ -179,7 +183,7 @@ class Direct:
         # queue as delivered: the backlog's would count. Ours counts messages handled.
         if jsi._fctask is not None:
             jsi._fctask.cancel()
-        jsi._fctask = asyncio.ensure_future(self._check_flow_control())
+        jsi._fctask = self._fc_task = asyncio.ensure_future(self._check_flow_control())
         self._route()
 
     def _route(self) -> None:
@@ -193,9 +197,10 @@ class Direct:
         """No route any more (before unsubscribing; a reset under way adds none)."""
         self._stopped = True
         direct.unroute_sid(self._nc, self._sid)
-        if self.blocked is not None:
-            self.blocked.cancel()
-            self.blocked = None
+        for task in (self.blocked, self._fc_task):
+            if task is not None:
+                task.cancel()
+        self.blocked = self._fc_task = None
         self.backlog.clear()
 
     def _on_raw(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> bool:
