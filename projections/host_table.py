@@ -809,17 +809,19 @@ class HostTable:
     # -- packing: lean rows' records compressed (see `pack`) ----------------
 
     def unpacked(self, limit: int) -> list[tuple[int, bytes]]:
-        """Up to `limit` lean rows whose record is kept uncompressed: (row, bytes), oldest first.
+        """Up to `limit` lean rows whose record is kept uncompressed: (row, bytes), newest first.
 
         They are taken off the list; hand them back to `packed` (a row whose
-        record changed in between is listed again).
+        record changed in between is listed again).  Newest first: taking from
+        the end of the dict is O(1), from its start costs a scan of every slot
+        deleted before (quadratic over a long run of live updates).
         """
         out: list[tuple[int, bytes]] = []
         todo = self._unpacked
         snaps = self._snaps
+        pop = todo.popitem
         while todo and len(out) < limit:
-            row = next(iter(todo))
-            del todo[row]
+            row = pop()[0]
             doc = snaps[row]
             if isinstance(doc, bytes) and not is_packed(doc):
                 out.append((row, doc))
