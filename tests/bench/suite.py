@@ -50,6 +50,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import gc
 import json
 import os
 import subprocess
@@ -235,6 +236,27 @@ def _head_probe(name: str) -> Callable[[bytes], _HeadEntry | None]:
     return head
 
 
+class GcPauses:
+    """A `gc.callbacks` entry: the cyclic collector's pauses in this process."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.full = 0
+        self.full_max = 0.0
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            self._start = now
+            return
+        took = now - self._start
+        self.total += took
+        if info["generation"] == 2:
+            self.full += 1
+            self.full_max = max(self.full_max, took)
+
+
 # -- 1. latency and stale lateness (simulator in a child process, view here) ---------
 
 
@@ -290,6 +312,8 @@ async def latency_phase(nc: Client, url: str, plan: Plan, duration: float, *,
     samples: list[tuple[float, int, int]] = []
     t0 = time.monotonic()
     cpu0 = time.process_time()
+    pauses = GcPauses()
+    gc.callbacks.append(pauses)
     sim = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "ops.cli", "sim", "reporters", "--server", url,
         "--hosts", str(plan.hosts), "--interval", str(plan.latency_interval),
@@ -306,6 +330,7 @@ async def latency_phase(nc: Client, url: str, plan: Plan, duration: float, *,
     summary = json.loads(await reading)
     await view.wait_until(summary["last_seq"], 120)
     cpu = time.process_time() - cpu0  # this process: the view and the harness's probe
+    gc.callbacks.remove(pauses)
     unsubscribe()
     view_rss = rss_bytes()
     await view.stop()
@@ -323,6 +348,8 @@ async def latency_phase(nc: Client, url: str, plan: Plan, duration: float, *,
         "stale_p99_ms": percentile(lateness, 99) * 1e3,
         "stale_samples": len(lateness), "silent_hosts": sum(r == SILENT for r in fleet.role),
         "reader_cpu_us": cpu / max(1, view.applied) * 1e6,
+        "gc_full_collections": pauses.full, "gc_full_max_ms": pauses.full_max * 1e3,
+        "gc_total_ms": pauses.total * 1e3,
         "view_process_rss": view_rss,
         "rss_samples": [{"t": t, "projector": p, "view": v} for t, p, v in samples],
     }
@@ -712,6 +739,10 @@ def _latency_rows(lat: dict[str, Any], relay: dict[str, Any] | None,
         rows.append(("reader process CPU per record", f"{cpu:.1f} µs",
                      "—" if theirs is None else f"{theirs:.1f} µs relay reader",
                      "" if theirs is None else f"{cpu / theirs:.1f}x", ""))
+    if "gc_full_collections" in lat:
+        rows.append(("view process GC: full collections, longest / all pauses",
+                     f"{lat['gc_full_collections']}, {lat['gc_full_max_ms']:.0f} / "
+                     f"{lat['gc_total_ms']:.0f} ms", "—", "", ""))
     rows.append(("stale lateness p50 / p99",
                  f"{lat['stale_p50_ms']:.0f} / {lat['stale_p99_ms']:.0f} ms "
                  f"(n={lat['stale_samples']})", "—", "", "p99 ≤ 250 ms"))
