@@ -136,6 +136,18 @@ def _expiries(twins: tuple[float | None, ...], texts: tuple[str, ...]) -> FloatA
     return out
 
 
+def _entry_expiries(entries: list[LeanEntry]) -> FloatArray:
+    """`entry_expiry` of many lean entries: the twins where present, the parsed strings
+    elsewhere."""
+    twins = list(map(_TWIN, entries))
+    if None not in twins:
+        return np.array(twins, dtype=np.float64)
+    missing = [i for i, t in enumerate(twins) if t is None]
+    expires = np.array([math.nan if t is None else t for t in twins], dtype=np.float64)
+    expires[missing] = expires_many([entries[i].expires_at for i in missing])
+    return expires
+
+
 def pack(data: bytes) -> bytes:
     """A record compressed to keep (zlib, fastest level: ~10x smaller for host records)."""
     return zlib.compress(data, 1)
@@ -487,9 +499,12 @@ class HostTable:
         """
         decode, _, _, twins = self._lean_codec()
         datas: Sequence[bytes] = records
+        all_twins = True
+        """Every record decoded with `TwinEntry` (so every expiry is a number)."""
         try:
             leans: list[LeanRecord] = list(map(twins, records))
         except (msgspec.ValidationError, msgspec.DecodeError):  # older or bad ones: one by one
+            all_twins = False
             leans, kept = [], []
             for i, data in enumerate(records):
                 try:
@@ -539,7 +554,7 @@ class HostTable:
         self._unpacked.update(dict.fromkeys(all_rows))
         self._fill_lean(np.asarray(all_rows, dtype=np.int64),
                         list(map(_VALUES, leans if len(at) == len(leans) else
-                                 [leans[i] for i in at])), replace=replace)
+                                 [leans[i] for i in at])), replace=replace, twins=all_twins)
         if replace:
             self._compact_pool()
 
@@ -1047,7 +1062,8 @@ class HostTable:
         assert isinstance(doc, bytes), row
         return unpack(doc)
 
-    def _fill_lean(self, rows: IntArray, values: list[Any], *, replace: bool = False) -> None:
+    def _fill_lean(self, rows: IntArray, values: list[Any], *, replace: bool = False,
+                   twins: bool = False) -> None:
         """Write the decoded values of `rows` into every column, one column at a time.
 
         Each column's entries are taken from the records' values in C (`map` of
@@ -1056,7 +1072,8 @@ class HostTable:
         value (`ABSENT`) are left as they are, or with `replace` (rows that may
         hold values, member columns that may exist) cleared as `_put` clears a
         cell.  A column whose entries are all fresh (the usual case) skips the
-        state codes.
+        state codes.  `twins`: every entry is a `TwinEntry` (its `expires_ts` is a number),
+        so the expiries are read in one pass without looking for missing ones.
         """
         names, getters = self._lean_codec()[2], self._lean_getters()
         n = len(values)
@@ -1085,14 +1102,10 @@ class HostTable:
                     entries = list(map(entries.__getitem__, where.tolist()))
                     codes = codes[present]
                     idx = rows[where]
-            twins = list(map(_TWIN, entries))
-            if None in twins:
-                missing = [i for i, t in enumerate(twins) if t is None]
-                expires = np.array([math.nan if t is None else t for t in twins],
-                                   dtype=np.float64)
-                expires[missing] = expires_many([entries[i].expires_at for i in missing])
+            if twins:
+                expires = np.fromiter(map(_TWIN, entries), dtype=np.float64, count=len(idx))
             else:
-                expires = np.array(twins, dtype=np.float64)
+                expires = _entry_expiries(entries)
             fresh_strings = self._fill_arrays(col, idx, codes, expires, list(map(_VALUE, entries)))
             if fresh_strings is not None:
                 strings.append((col, *fresh_strings))
