@@ -53,6 +53,7 @@ import operator
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain, repeat
+from operator import countOf
 from typing import Any, Final, Literal, cast
 
 import msgspec
@@ -1083,15 +1084,14 @@ class HostTable:
         for name, getter in zip(names, getters, strict=True):
             col = columns[name]
             entries: list[LeanEntry] = list(map(getter, values))
-            states = list(map(_STATE, entries))
             idx = rows
-            if states.count("fresh") == n:
+            if countOf(map(_STATE, entries), "fresh") == n:  # (no list of states)
                 if fresh_codes is None:
                     fresh_codes = np.full(n, FRESH, dtype=np.int8)
                 codes = fresh_codes
             else:
-                codes = np.fromiter(map(_LEAN_CODES.__getitem__, states), dtype=np.int8,
-                                    count=n)
+                codes = np.fromiter(map(_LEAN_CODES.__getitem__, map(_STATE, entries)),
+                                    dtype=np.int8, count=n)
                 present = codes != ABSENT
                 if not present.all():
                     if replace:
