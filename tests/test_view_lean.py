@@ -175,6 +175,10 @@ async def test_the_view_keeps_no_object_tree_per_host(nc: Client) -> None:
         assert (loaded - empty) / hosts < 2.0, loaded - empty
         for _ in range(6):
             await _wait_position(view, await _publish(nc, _records(0, 50, twins=True)))
+        staged = view.table.staged_count
+        view.table.column("free")  # a query: the staged rows go into the columns
+        assert 0 < staged <= 50
+        assert view.table.staged_count == 0
         gc.collect()
         grown = len(gc.get_objects()) - loaded
         assert grown < 150, grown  # 300 updates: far less than one object per update

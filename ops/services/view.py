@@ -37,9 +37,9 @@ is logged and counted (`rejected`), and the rest is served; one whose lean
 decode works but whose full decode fails is logged and counted
 (`unreadable`) when `get` meets it, and `get` returns None for it.
 With `pack_records` (the default) the view compresses the kept records
-soon after they arrive (zlib, fastest level: a 4.7 kB host record keeps
-~0.5 kB), a few at a time between the loop's other work — `get`
-decompresses — trading some CPU for memory; while the view is behind its
+soon after they arrive (LZ4, ~3 µs each: a 6 kB host record keeps ~0.75 kB),
+a few at a time between the loop's other work — `get` decompresses —
+trading some CPU for memory; while the view is behind its
 stream it applies records first and compresses later (see `_pack`).
 
 Cold start: during the initial load the host records are built into a new
@@ -49,11 +49,14 @@ written column-wise with the garbage collector paused for each chunk, so
 the building overlaps the receiving and no more than a chunk of records is
 held twice.  When the consumer has caught up the last chunk goes in, the
 table is swapped in and the heap is trimmed (the freed load buffers go
-back to the OS).  Live records after that are applied as they arrive, together while
-more are pending behind them (`_live_record`).  The follower reads them straight from the
-connection, answering the server's flow control only for records taken
-(`Follower(direct=True)`), so a backlog waits in the stream and the records' pending
-counts show it.
+back to the OS).  Live records after that are applied one by one as they
+arrive (`_live_record`): a host record is lean-decoded and *staged* in the table, whose
+columns take every staged row in one column-wise pass when a query next reads them
+(`HostTable.upsert_row`) — a record costs its decode when it arrives, its column writes
+are shared with the records around it, and a query always sees every record applied
+before it.  The follower reads them straight from the connection, answering the server's
+flow control only for records taken (`Follower(direct=True)`), so a backlog waits in the
+stream and the records' pending counts show it.
 
 Restarts and regressions are the follower's (`bus.follower`): nats-py's
 ordered consumer resumes from the last delivered sequence + 1; after every
@@ -105,11 +108,6 @@ COMPILE_CACHE_SIZE: Final = 4096
 """Compiled expressions kept per catalog (oldest dropped first)."""
 PACK_BATCH: Final = 32
 """Records compressed per step of the packer (about a millisecond)."""
-LIVE_BATCH: Final = 256
-"""Live host records applied together at most (while the view is behind its stream)."""
-LIVE_WAIT: Final = 0.005
-"""Seconds a live batch waits to fill up when its records said a full batch was on its way
-(applied anyway after that: see `_live_record`)."""
 TRIM_AFTER: Final = 4096
 """Records compressed in one go after which the heap is trimmed (their buffers are free)."""
 
@@ -234,11 +232,6 @@ class SchedulerView:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._listeners: list[Listener] = []
         self._compiled: dict[str, CompiledSelect] = {}
-        self._batch: list[StoredMessage] = []
-        """Live host records received while more were pending, applied together (see
-        `_live_record`)."""
-        self._batch_call: asyncio.Handle | None = None
-        """The scheduled `_apply_batch` (a TimerHandle while a batch waits to fill up)."""
         self.applied = 0
         """Records applied since `start`."""
         self.rejected = 0
@@ -319,8 +312,6 @@ class SchedulerView:
     async def stop(self) -> None:
         """Unsubscribe; pending `wait_until` calls fail with NotReadyError."""
         await self._follower.stop()
-        if self._batch_call is not None:  # records received and waiting: applied now
-            self._apply_batch()
         if self._packer is not None:
             self._packer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -505,37 +496,17 @@ class SchedulerView:
                                  on_error=lambda i, exc: self._reject(kept[i], exc))
 
     def _live_record(self, m: StoredMessage) -> None:
-        """A live record.  Host records with more pending behind them are applied together
-        (one column-wise pass costs less per record than upserting each): after the
-        records already read (`call_soon`), or — when a full `LIVE_BATCH` is on its way —
-        once it is complete, or `LIVE_WAIT` after the first, whichever comes first.  The
-        view is behind then, and catches up sooner applying in full batches.  Any other
-        record applies the batch first (stream order)."""
+        """A live record, applied as it arrives.  A host record is lean-decoded and staged in
+        the table (`HostTable.upsert_row`: its columns are written, together with every
+        other staged row, by the next query), so taking a record costs its decode."""
         subject = m.subject
-        if m.data and subject.startswith(SNAPSHOT_HOST_PREFIX):
-            batch = self._batch
-            batch.append(m)
-            if not m.pending or len(batch) >= LIVE_BATCH:
-                self._apply_batch()
-                return
-            if self._packer is not None:
-                self._caught_up.clear()  # behind: no compressing until applied
-            call = self._batch_call
-            if m.pending < LIVE_BATCH - len(batch):  # not a full batch: the records read
-                if call is None or isinstance(call, asyncio.TimerHandle):
-                    if call is not None:
-                        call.cancel()
-                    self._batch_call = asyncio.get_running_loop().call_soon(self._apply_batch)
-            elif call is None:
-                self._batch_call = asyncio.get_running_loop().call_later(
-                    LIVE_WAIT, self._apply_batch)
-            return
-        if self._batch:
-            self._apply_batch()  # stream order: the host records before this one first
         try:
             if subject.startswith(SNAPSHOT_HOST_PREFIX):
-                # a purge or delete marker: the host is gone
-                self.table.remove(snapshot_host(subject))
+                table = self.table
+                if m.data:
+                    table.upsert_row(table.decode_record(m.data), m.data)
+                else:  # a purge or delete marker: the host is gone
+                    table.remove(snapshot_host(subject))
             else:
                 self._apply_other(m, None)
         except (msgspec.ValidationError, msgspec.DecodeError, SubjectError) as exc:
@@ -544,23 +515,6 @@ class SchedulerView:
         if self._waiters:
             self._release_waiters()
         self._notify(subject)
-
-    def _apply_batch(self) -> None:
-        """Apply the live host records kept by `_live_record`, column-wise when there are
-        many (`HostTable.append_records`), then account for each in stream order."""
-        if self._batch_call is not None:
-            self._batch_call.cancel()  # (a no-op when it is the one running)
-            self._batch_call = None
-        batch = self._batch
-        if not batch:
-            return
-        self._batch = []
-        self.table.append_records([m.data for m in batch],
-                                  on_error=lambda i, exc: self._reject(batch[i], exc))
-        self._applied(batch[-1], len(batch))
-        if self._listeners:
-            for m in batch:
-                self._notify(m.subject)
 
     def _applied(self, last: StoredMessage, count: int) -> None:
         """Account for `count` live records up to `last`; the packer waits while more pend."""
@@ -632,7 +586,6 @@ class SchedulerView:
         if load.cluster is not None:
             table.set_cluster(load.cluster)
         reload = self._loaded.is_set()
-        self._batch = []  # the old consumer's records: the new load has them
         # The swap: no await in between, so readers see the old state or the new one.
         self.table = table
         if load.catalog != self.catalog:

@@ -289,6 +289,7 @@ async def latency_phase(nc: Client, url: str, plan: Plan, duration: float, *,
     unsubscribe = view.subscribe(on_record)
     samples: list[tuple[float, int, int]] = []
     t0 = time.monotonic()
+    cpu0 = time.process_time()
     sim = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "ops.cli", "sim", "reporters", "--server", url,
         "--hosts", str(plan.hosts), "--interval", str(plan.latency_interval),
@@ -304,6 +305,7 @@ async def latency_phase(nc: Client, url: str, plan: Plan, duration: float, *,
     await sim.wait()
     summary = json.loads(await reading)
     await view.wait_until(summary["last_seq"], 120)
+    cpu = time.process_time() - cpu0  # this process: the view and the harness's probe
     unsubscribe()
     view_rss = rss_bytes()
     await view.stop()
@@ -320,6 +322,7 @@ async def latency_phase(nc: Client, url: str, plan: Plan, duration: float, *,
         "stale_p50_ms": percentile(lateness, 50) * 1e3,
         "stale_p99_ms": percentile(lateness, 99) * 1e3,
         "stale_samples": len(lateness), "silent_hosts": sum(r == SILENT for r in fleet.role),
+        "reader_cpu_us": cpu / max(1, view.applied) * 1e6,
         "view_process_rss": view_rss,
         "rss_samples": [{"t": t, "projector": p, "view": v} for t, p, v in samples],
     }
@@ -512,6 +515,7 @@ async def relay_phase(nc: Client, url: str, plan: Plan, pad: int, *,
         await asyncio.to_thread(relay.wait_ready)
         if latency:
             await reader.start()
+            cpu0 = time.process_time()
             sim = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "ops.cli", "sim", "reporters", "--server", url,
                 "--hosts", str(plan.hosts), "--interval", str(plan.latency_interval),
@@ -522,6 +526,7 @@ async def relay_phase(nc: Client, url: str, plan: Plan, pad: int, *,
             summary = json.loads(out)
             expected = summary["events"]
             await reader.wait_count(expected)
+            cpu = time.process_time() - cpu0  # this process: the reader (and its timing)
             latencies = list(reader.latencies)
             result |= {
                 "offered_rate": summary["offered_rate"],
@@ -532,6 +537,7 @@ async def relay_phase(nc: Client, url: str, plan: Plan, pad: int, *,
                 "latency_samples": len(latencies),
                 "hop_p50_ms": percentile(reader.hops, 50) * 1e3,
                 "hop_p99_ms": percentile(reader.hops, 99) * 1e3,
+                "reader_cpu_us": cpu / max(1, reader.count) * 1e6,
             }
             log(f"relay latency p50 {result['latency_p50_ms']:.1f} ms, "
                 f"p99 {result['latency_p99_ms']:.1f} ms")
@@ -700,6 +706,12 @@ def _latency_rows(lat: dict[str, Any], relay: dict[str, Any] | None,
                 theirs = relay[f"{key}_{p}_ms"]
                 base, ratio = f"{theirs:.1f} ms {baseline}", f"{ours / theirs:.1f}x"
             rows.append((label.format(p=p), f"{ours:.1f} ms", base, ratio, goals.get(p, "")))
+    cpu = lat.get("reader_cpu_us")
+    if cpu is not None:  # CPU time, unlike latency, barely depends on the neighbours
+        theirs = None if relay is None else relay.get("reader_cpu_us")
+        rows.append(("reader process CPU per record", f"{cpu:.1f} µs",
+                     "—" if theirs is None else f"{theirs:.1f} µs relay reader",
+                     "" if theirs is None else f"{cpu / theirs:.1f}x", ""))
     rows.append(("stale lateness p50 / p99",
                  f"{lat['stale_p50_ms']:.0f} / {lat['stale_p99_ms']:.0f} ms "
                  f"(n={lat['stale_samples']})", "—", "", "p99 ≤ 250 ms"))
