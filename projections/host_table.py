@@ -88,6 +88,9 @@ STAGE_LIMIT: Final = 1024
 """Rows `upsert_row` stages at most before it writes them to the columns without waiting
 for a read (bounds the work of one write and the decoded values held)."""
 _POOL_COMPACT_MIN: Final = 65536
+MAX_KNOWN_SETS: Final = 4096
+"""Distinct string sets a string-set column remembers for the next bulk fill (see
+`_string_sets`): a load's chunks share them; more distinct sets than this start it over."""
 
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
@@ -240,19 +243,42 @@ def _numbers(raw: Sequence[Any]) -> FloatArray:
                     dtype=np.float64)
 
 
-def _string_sets(raw: Sequence[Any]) -> list[frozenset[str] | None]:
-    """`_string_set` of every value: C-level passes when all are JSON arrays of strings."""
+def _string_sets(raw: Sequence[Any], known: dict[tuple[str, ...], frozenset[str]] | None = None,
+                 ) -> list[frozenset[str] | None]:
+    """`_string_set` of every value: C-level passes when all are JSON arrays of strings
+    (or null, a value that is not fresh).
+
+    Hosts often share few distinct sets (the bench's 50k hosts: a few
+    hundred `datasets` sets), so equal arrays (the same members in the same
+    order) get one `frozenset` between them: one set built per distinct
+    array, not one per host, and the column keeps that one (sets are
+    immutable; a row's value is only ever replaced).  Fewer sets is less
+    memory and fewer objects for the cyclic GC to scan (a frozenset is always
+    tracked: 50k of them made each full collection of a scheduler ~100 ms).
+    `known`: the sets of earlier calls (a column's, so that a load's chunks
+    and the live writes share them too), added to; emptied when it holds
+    `MAX_KNOWN_SETS`, so it stays small whatever the values.
+    """
     types = set(map(type, raw))
     if types <= _SET_TYPES:
-        lists = raw if _NONE not in types else [v for v in raw if v is not None]
+        arrays = raw if _NONE not in types else [v for v in raw if v is not None]
         try:
-            "".join(chain.from_iterable(lists))  # C-speed check that every member is a str
+            "".join(chain.from_iterable(arrays))  # C-speed check that every member is a str
         except TypeError:
             pass
         else:
-            if _NONE not in types:
-                return list(map(frozenset, raw))
-            return [None if v is None else frozenset(v) for v in raw]
+            keys: list[Any] = list(map(tuple, raw)) if arrays is raw else [
+                None if v is None else tuple(v) for v in raw]
+            distinct = dict.fromkeys(keys)  # first appearances, in C
+            distinct.pop(None, None)
+            if known is None:
+                known = {}
+            elif len(known) + len(distinct) > MAX_KNOWN_SETS:
+                known.clear()
+            for key in distinct:
+                if key not in known:
+                    known[key] = frozenset(key)
+            return list(map(known.get, keys))  # (None for null: not a key)
     return [_string_set(v) for v in raw]
 
 
@@ -289,8 +315,8 @@ class Column:
     """One host-scope resource over all rows (see the module doc for the layout)."""
 
     __slots__ = (
-        "expires", "f_arr", "fresh", "kind", "members", "min_expiry", "name", "sets", "spec",
-        "stale_flag", "state", "t_arr", "values",
+        "expires", "f_arr", "fresh", "kind", "known_sets", "members", "min_expiry", "name",
+        "sets", "spec", "stale_flag", "state", "t_arr", "values",
     )
 
     def __init__(self, name: str, spec: ResourceSpec, capacity: int) -> None:
@@ -310,6 +336,8 @@ class Column:
             [None] * capacity if self.kind == "string_set" else []
         )
         self.members: dict[str, BoolArray] = {}
+        self.known_sets: dict[tuple[str, ...], frozenset[str]] = {}
+        """A string-set column's sets by array, shared across bulk fills (`_string_sets`)."""
         # Derived, maintained by `HostTable._write` so that evaluation at a `now` before
         # any value expires needs no arithmetic: state == FRESH, state == STALE, and for
         # booleans fresh-and-true / fresh-and-false.  `min_expiry` is a lower bound of the
@@ -825,17 +853,19 @@ class HostTable:
     # -- packing: lean rows' records compressed (see `pack`) ----------------
 
     def unpacked(self, limit: int) -> list[tuple[int, bytes]]:
-        """Up to `limit` lean rows whose record is kept uncompressed: (row, bytes), oldest first.
+        """Up to `limit` lean rows whose record is kept uncompressed: (row, bytes), newest first.
 
         They are taken off the list; hand them back to `packed` (a row whose
-        record changed in between is listed again).
+        record changed in between is listed again).  Newest first: taking from
+        the end of the dict is O(1), from its start costs a scan of every slot
+        deleted before (quadratic over a long run of live updates).
         """
         out: list[tuple[int, bytes]] = []
         todo = self._unpacked
         snaps = self._snaps
+        pop = todo.popitem
         while todo and len(out) < limit:
-            row = next(iter(todo))
-            del todo[row]
+            row = pop()[0]
             doc = snaps[row]
             if isinstance(doc, bytes) and not is_packed(doc):
                 out.append((row, doc))
@@ -1106,7 +1136,7 @@ class HostTable:
         elif kind == "string":
             valid = np.fromiter(map(isinstance, raw, repeat(str)), dtype=np.bool_, count=n)
         else:
-            sets = _string_sets(raw)
+            sets = _string_sets(raw, col.known_sets)
             valid = np.fromiter(map(operator.is_not, sets, repeat(None)), dtype=np.bool_,
                                 count=n)
         stale = state == STALE

@@ -11,13 +11,17 @@ from hypothesis import strategies as st
 from projections.host_table import (
     ABSENT,
     FRESH,
+    MAX_KNOWN_SETS,
     MAX_MEMBER_COLUMNS,
     NULL,
     STALE,
     HostTable,
+    _string_set,
+    _string_sets,
 )
 from projections.validation import normalize
 from schemas.catalog import Catalog
+from schemas.codec import encode
 from schemas.snapshot import AsOf, HostSnapshot, ValueEntry
 from schemas.wire_time import format_time
 from tests.select_support import (
@@ -360,3 +364,54 @@ def test_load_many_hosts_and_set_catalog() -> None:
     _assert_same_table(bulk, one_by_one, strict_pool=True)
     bulk.load([host_snapshot("n0001", {"free": -1.0})])  # not empty: upserts
     assert bulk.column("free").values[bulk.row_of("n0001")] == -1.0  # type: ignore[union-attr]
+
+
+# -- string sets: one frozenset per distinct array ------------------------------------------
+
+@given(st.lists(st.one_of(st.lists(_STRINGS, max_size=4), _VALUES), max_size=60),
+       st.integers(0, 60))
+def test_string_sets_equal_one_by_one_and_share_equal_arrays(raw: list[object],
+                                                             cut: int) -> None:
+    """`_string_sets` (the bulk path; two calls sharing their known sets, as a load's chunks
+    do) gives what `_string_set` gives value by value, and equal arrays of strings get one
+    frozenset between them."""
+    known: dict[tuple[str, ...], frozenset[str]] = {}
+    sets = _string_sets(raw[:cut], known) + _string_sets(raw[cut:], known)
+    assert sets == [_string_set(v) for v in raw]
+    if all(type(v) is list or v is None for v in raw[:cut]) and all(
+            type(v) is list or v is None for v in raw[cut:]) and all(
+            s is not None for v, s in zip(raw, sets, strict=True) if v is not None):
+        first: dict[tuple[object, ...], frozenset[str] | None] = {}
+        for value, got in zip(raw, sets, strict=True):
+            if isinstance(value, list):
+                assert first.setdefault(tuple(value), got) is got
+
+
+def test_the_known_sets_stay_bounded() -> None:
+    """A column's known sets are emptied when they would exceed MAX_KNOWN_SETS; the values
+    stay right."""
+    known: dict[tuple[str, ...], frozenset[str]] = {}
+    for start in range(0, 3 * MAX_KNOWN_SETS, 1000):
+        raw = [[str(i)] for i in range(start, start + 1000)]
+        assert _string_sets(raw, known) == [frozenset(v) for v in raw]
+        assert len(known) <= MAX_KNOWN_SETS
+
+
+def test_a_bulk_load_shares_the_sets_of_equal_arrays() -> None:
+    """A load of many hosts with few distinct `tags` arrays (of snapshots, or of records: the
+    view's lean rows) keeps one frozenset per distinct array, and the column that upserting
+    them one by one gives."""
+    choices = [["a"], ["b", "c"], [], ["c", "b"]]
+    snaps = [host_snapshot(f"h{i:03d}", {"tags": choices[i % len(choices)]} if i % 7 else
+                           {"tags": NULL_VALUE}) for i in range(200)]
+    one_by_one = HostTable(CATALOG)
+    for snap in snaps:
+        one_by_one.upsert(snap)
+    of_snaps, of_records = HostTable(CATALOG), HostTable(CATALOG)
+    of_snaps.load(snaps)
+    of_records.load_records([encode(s) for s in snaps])
+    for bulk in (of_snaps, of_records):
+        _assert_same_table(bulk, one_by_one, strict_pool=True, same_docs=bulk is of_snaps)
+        col = bulk.column("tags")
+        assert col is not None
+        assert len({id(s) for s in col.sets if s is not None}) == len(choices)

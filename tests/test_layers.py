@@ -36,7 +36,7 @@ ALLOWED_CRR: dict[str, frozenset[str]] = {
 
 ALLOWED_THIRD_PARTY: dict[str, frozenset[str]] = {
     "schemas": frozenset({"msgspec", "yaml", "numpy"}),
-    "projections": frozenset({"msgspec", "numpy"}),
+    "projections": frozenset({"msgspec", "numpy", "lz4"}),  # lz4: compression, no IO
 }
 """Third-party libraries the pure layers may import (others: anything installed)."""
 

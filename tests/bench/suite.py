@@ -50,6 +50,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import gc
 import json
 import os
 import subprocess
@@ -235,6 +236,46 @@ def _head_probe(name: str) -> Callable[[bytes], _HeadEntry | None]:
     return head
 
 
+class GcPauses:
+    """A `gc.callbacks` entry: the cyclic collector's pauses in this process."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.full = 0
+        self.full_max = 0.0
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            self._start = now
+            return
+        took = now - self._start
+        self.total += took
+        if info["generation"] == 2:
+            self.full += 1
+            self.full_max = max(self.full_max, took)
+
+
+QUERY_EVERY = 0.1
+"""Seconds between the latency phase's `select` calls (a scheduler's cadence)."""
+
+
+async def _scheduler_queries(view: SchedulerView, catalog: Any, took: list[float]) -> None:
+    """What a scheduler does meanwhile: a `select` every `QUERY_EVERY` seconds, each timed
+    (it writes the rows staged since the last one into the columns first)."""
+    kinds = {spec.kind: name for name, spec in sorted(catalog.resources.items(), reverse=True)}
+    expr = f"{kinds['numeric']} > 500"
+    if "string_set" in kinds:
+        expr += f' && {kinds["string_set"]} has "d1"'
+    compiled = view.compile(expr)
+    while True:
+        await asyncio.sleep(QUERY_EVERY)  # pacing, not synchronisation
+        start = time.perf_counter()
+        view.select(compiled)
+        took.append(time.perf_counter() - start)
+
+
 # -- 1. latency and stale lateness (simulator in a child process, view here) ---------
 
 
@@ -287,9 +328,13 @@ async def latency_phase(nc: Client, url: str, plan: Plan, duration: float, *,
                 silent_open.discard(i)
 
     unsubscribe = view.subscribe(on_record)
+    selects: list[float] = []
+    querying = asyncio.create_task(_scheduler_queries(view, catalog, selects))
     samples: list[tuple[float, int, int]] = []
     t0 = time.monotonic()
     cpu0 = time.process_time()
+    pauses = GcPauses()
+    gc.callbacks.append(pauses)
     sim = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "ops.cli", "sim", "reporters", "--server", url,
         "--hosts", str(plan.hosts), "--interval", str(plan.latency_interval),
@@ -305,7 +350,11 @@ async def latency_phase(nc: Client, url: str, plan: Plan, duration: float, *,
     await sim.wait()
     summary = json.loads(await reading)
     await view.wait_until(summary["last_seq"], 120)
-    cpu = time.process_time() - cpu0  # this process: the view and the harness's probe
+    querying.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await querying
+    cpu = time.process_time() - cpu0  # this process: the view, its queries, the probe
+    gc.callbacks.remove(pauses)
     unsubscribe()
     view_rss = rss_bytes()
     await view.stop()
@@ -323,6 +372,10 @@ async def latency_phase(nc: Client, url: str, plan: Plan, duration: float, *,
         "stale_p99_ms": percentile(lateness, 99) * 1e3,
         "stale_samples": len(lateness), "silent_hosts": sum(r == SILENT for r in fleet.role),
         "reader_cpu_us": cpu / max(1, view.applied) * 1e6,
+        "gc_full_collections": pauses.full, "gc_full_max_ms": pauses.full_max * 1e3,
+        "gc_total_ms": pauses.total * 1e3,
+        "select_p50_ms": percentile(selects, 50) * 1e3,
+        "select_p99_ms": percentile(selects, 99) * 1e3, "select_samples": len(selects),
         "view_process_rss": view_rss,
         "rss_samples": [{"t": t, "projector": p, "view": v} for t, p, v in samples],
     }
@@ -712,6 +765,14 @@ def _latency_rows(lat: dict[str, Any], relay: dict[str, Any] | None,
         rows.append(("reader process CPU per record", f"{cpu:.1f} µs",
                      "—" if theirs is None else f"{theirs:.1f} µs relay reader",
                      "" if theirs is None else f"{cpu / theirs:.1f}x", ""))
+    if "gc_full_collections" in lat:
+        rows.append(("view process GC: full collections, longest / all pauses",
+                     f"{lat['gc_full_collections']}, {lat['gc_full_max_ms']:.0f} / "
+                     f"{lat['gc_total_ms']:.0f} ms", "—", "", ""))
+    if lat.get("select_samples"):
+        rows.append((f"select every {QUERY_EVERY:g} s meanwhile p50 / p99",
+                     f"{lat['select_p50_ms']:.1f} / {lat['select_p99_ms']:.1f} ms "
+                     f"(n={lat['select_samples']})", "—", "", ""))
     rows.append(("stale lateness p50 / p99",
                  f"{lat['stale_p50_ms']:.0f} / {lat['stale_p99_ms']:.0f} ms "
                  f"(n={lat['stale_samples']})", "—", "", "p99 ≤ 250 ms"))
