@@ -98,8 +98,7 @@ class Reader(_np.Parser):
             self._previous = None
         buf = self.buf
         if buf:
-            buf.extend(data)
-            src = bytes(buf)
+            src = b"".join((buf, data))  # (one copy of both)
             buf.clear()
         else:
             src = bytes(data)
@@ -175,7 +174,7 @@ class Reader(_np.Parser):
                     self._args = args
                     self.state = _np.AWAITING_MSG_PAYLOAD
                 if pos < size:
-                    self.buf.extend(src[pos:] if pos else src)
+                    self.buf.extend(memoryview(src)[pos:])  # (the rest, copied once)
 
     _stalled = False
 

@@ -53,6 +53,7 @@ import operator
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain, repeat
+from operator import countOf
 from typing import Any, Final, Literal, cast
 
 import lz4.block
@@ -141,6 +142,18 @@ def _expiries(twins: tuple[float | None, ...], texts: tuple[str, ...]) -> FloatA
     out = np.array([math.nan if t is None else t for t in twins], dtype=np.float64)
     out[missing] = expires_many([texts[i] for i in missing])
     return out
+
+
+def _entry_expiries(entries: list[LeanEntry]) -> FloatArray:
+    """`entry_expiry` of many lean entries: the twins where present, the parsed strings
+    elsewhere."""
+    twins = list(map(_TWIN, entries))
+    if None not in twins:
+        return np.array(twins, dtype=np.float64)
+    missing = [i for i, t in enumerate(twins) if t is None]
+    expires = np.array([math.nan if t is None else t for t in twins], dtype=np.float64)
+    expires[missing] = expires_many([entries[i].expires_at for i in missing])
+    return expires
 
 
 _PACKED: Final = b"\x00"
@@ -559,9 +572,12 @@ class HostTable:
             self.apply_staged()
         decode, _, _, twins = self._lean_codec()
         datas: Sequence[bytes] = records
+        all_twins = True
+        """Every record decoded with `TwinEntry` (so every expiry is a number)."""
         try:
             leans: list[LeanRecord] = list(map(twins, records))
         except (msgspec.ValidationError, msgspec.DecodeError):  # older or bad ones: one by one
+            all_twins = False
             leans, kept = [], []
             for i, data in enumerate(records):
                 try:
@@ -611,7 +627,7 @@ class HostTable:
         self._unpacked.update(dict.fromkeys(all_rows))
         self._fill_lean(np.asarray(all_rows, dtype=np.int64),
                         list(map(_VALUES, leans if len(at) == len(leans) else
-                                 [leans[i] for i in at])), replace=replace)
+                                 [leans[i] for i in at])), replace=replace, twins=all_twins)
         if replace:
             self._compact_pool()
 
@@ -1182,7 +1198,8 @@ class HostTable:
         assert isinstance(doc, bytes), row
         return unpack(doc)
 
-    def _fill_lean(self, rows: IntArray, values: list[Any], *, replace: bool = False) -> None:
+    def _fill_lean(self, rows: IntArray, values: list[Any], *, replace: bool = False,
+                   twins: bool = False) -> None:
         """Write the decoded values of `rows` into every column, one column at a time.
 
         Each column's entries are taken from the records' values in C (`map` of
@@ -1191,7 +1208,8 @@ class HostTable:
         value (`ABSENT`) are left as they are, or with `replace` (rows that may
         hold values, member columns that may exist) cleared as `_put` clears a
         cell.  A column whose entries are all fresh (the usual case) skips the
-        state codes.
+        state codes.  `twins`: every entry is a `TwinEntry` (its `expires_ts` is a number),
+        so the expiries are read in one pass without looking for missing ones.
         """
         names, getters = self._lean_codec()[2], self._lean_getters()
         n = len(values)
@@ -1201,15 +1219,14 @@ class HostTable:
         for name, getter in zip(names, getters, strict=True):
             col = columns[name]
             entries: list[LeanEntry] = list(map(getter, values))
-            states = list(map(_STATE, entries))
             idx = rows
-            if states.count("fresh") == n:
+            if countOf(map(_STATE, entries), "fresh") == n:  # (no list of states)
                 if fresh_codes is None:
                     fresh_codes = np.full(n, FRESH, dtype=np.int8)
                 codes = fresh_codes
             else:
-                codes = np.fromiter(map(_LEAN_CODES.__getitem__, states), dtype=np.int8,
-                                    count=n)
+                codes = np.fromiter(map(_LEAN_CODES.__getitem__, map(_STATE, entries)),
+                                    dtype=np.int8, count=n)
                 present = codes != ABSENT
                 if not present.all():
                     if replace:
@@ -1220,14 +1237,10 @@ class HostTable:
                     entries = list(map(entries.__getitem__, where.tolist()))
                     codes = codes[present]
                     idx = rows[where]
-            twins = list(map(_TWIN, entries))
-            if None in twins:
-                missing = [i for i, t in enumerate(twins) if t is None]
-                expires = np.array([math.nan if t is None else t for t in twins],
-                                   dtype=np.float64)
-                expires[missing] = expires_many([entries[i].expires_at for i in missing])
+            if twins:
+                expires = np.fromiter(map(_TWIN, entries), dtype=np.float64, count=len(idx))
             else:
-                expires = np.array(twins, dtype=np.float64)
+                expires = _entry_expiries(entries)
             fresh_strings = self._fill_arrays(col, idx, codes, expires, list(map(_VALUE, entries)))
             if fresh_strings is not None:
                 strings.append((col, *fresh_strings))

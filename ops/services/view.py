@@ -479,7 +479,7 @@ class SchedulerView:
         self.applied += 1
         if m.pending == 0:
             load.last_subject = subject  # notified after the swap, when ready
-        else:
+        elif self._listeners:  # (the usual load has none: no call per record)
             self._notify(subject)
 
     def _load_pending(self, load: _Load) -> None:
