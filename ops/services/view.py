@@ -71,8 +71,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import gc
 import logging
 import time
@@ -84,6 +82,7 @@ from nats.aio.client import Client
 
 from bus.follower import Follower
 from bus.ordered import StoredMessage
+from ops.services.heap import trim
 from projections.coverage import Coverage
 from projections.freshness import status_age
 from projections.host_table import LOAD_CHUNK, HostTable, pack
@@ -120,28 +119,6 @@ _status_decoder: msgspec.json.Decoder[ProjectorStatus] = DECODERS[ProjectorStatu
 
 def _pack_all(records: list[bytes]) -> list[bytes]:
     return [pack(r) for r in records]
-
-
-def _load_libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name) if name else None
-    except OSError:
-        return None
-
-
-_LIBC: Final = _load_libc()
-
-
-def trim_heap() -> None:
-    """Give the heap's free pages back to the OS (glibc `malloc_trim`; elsewhere nothing).
-
-    A load frees hundreds of MB of message buffers in one go; glibc keeps
-    them in the process otherwise, and a scheduler's RSS would carry them.
-    """
-    trim = getattr(_LIBC, "malloc_trim", None)
-    if trim is not None:
-        trim(0)
 
 
 @contextlib.contextmanager
@@ -302,7 +279,7 @@ class SchedulerView:
                 await asyncio.sleep(0)  # the loop's other work (records, queries) goes first
             self.packed += done
             if done >= TRIM_AFTER:
-                trim_heap()
+                trim()  # (the uncompressed records freed)
             self._packed_all.set()
 
     async def wait_ready(self, timeout: float = 30.0) -> None:
@@ -598,7 +575,7 @@ class SchedulerView:
         self._projector_position = load.coverage.position
         self._position = load.position
         load.table = None
-        trim_heap()
+        trim()
         if self._packer is not None:
             self._caught_up.set()  # the load ends with nothing pending
             self._pack_wanted.set()
