@@ -79,6 +79,9 @@ class _Item:
     headers: dict[str, str]
     keep: Keep
     attempts: int = 0
+    unsure: bool = False
+    """An attempt got no answer: it may still be stored late, so a later attempt failing
+    for certain does not make that copy go away (see `_requeue`)."""
     span: tracing.Span | None = None
     """The PRODUCER span of this publish when the trace is sampled (see `bus.tracing`)."""
 
@@ -285,8 +288,9 @@ class Outbox:
     def _requeue(self, it: _Item, *, unsure: bool) -> None:
         it.attempts += 1
         self.stats.retried += 1
+        it.unsure = it.unsure or unsure  # once unsure, until acknowledged
         if it.keep == "latest":
-            if unsure:
+            if it.unsure:
                 # Sent, no answer: it may still be stored late (held by a server cut off
                 # from its cluster, delivered when the link heals), after a newer value.
                 # Resending it first, with its Nats-Msg-Id, stores it in order or makes

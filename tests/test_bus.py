@@ -137,3 +137,36 @@ async def test_outbox_resends_an_unanswered_message_before_a_newer_one(nc: Clien
     assert (await js.stream_info("UNSURE")).state.messages == 2
     assert got  # the first attempt was sent
     assert outbox.stats.superseded == 0
+
+
+async def test_an_unsure_message_stays_first_when_a_resend_fails_for_certain(nc: Client) -> None:
+    """Once a publish went unanswered, a later attempt that certainly was not stored (no
+    responders: no stream yet) does not let a newer value on its subject replace it — the
+    unanswered copy may still be stored late.  (This interleaving made the test above fail
+    1 in many runs when the resend fell between the unsubscribe and the stream.)"""
+    sub = await nc.subscribe("test.unsure2.x", cb=_ignore)
+    outbox = Outbox(nc, ack_timeout=0.3)
+    await outbox.start()
+    try:
+        outbox.put("test.unsure2.x", b"old", msg_id="y/1")
+        await eventually(lambda: outbox.stats.retried > 0, 10, "the first publish timed out")
+        outbox.put("test.unsure2.x", b"new", msg_id="y/2")
+        await sub.unsubscribe()
+        retried = outbox.stats.retried
+        await eventually(lambda: outbox.stats.retried > retried, 10,
+                         "a resend failed for certain (no responders)")
+        await nc.jetstream().add_stream(StreamConfig(name="UNSURE2",
+                                                     subjects=["test.unsure2.>"]))
+        await outbox.flush(10)
+    finally:
+        await outbox.close()
+    js = nc.jetstream()
+    stored = [(await js.get_msg("UNSURE2", seq)).data for seq in (1, 2)]
+    assert stored == [b"old", b"new"]
+    assert outbox.stats.superseded == 0
+    late = await js.publish("test.unsure2.x", b"old", headers={"Nats-Msg-Id": "y/1"})
+    assert late.duplicate
+
+
+async def _ignore(_msg: Msg) -> None:  # interest but no ack: the publish times out
+    return None
