@@ -13,9 +13,11 @@ from schemas.events import DeadLetter
 from schemas.snapshot import HostSnapshot
 from schemas.subjects import DEADLETTER, SNAPSHOT_STREAM, host_snapshot_subject
 from schemas.wire_time import parse_time
+from tests.fault_support import eventually
 from tests.projector_support import (
     publish_catalog,
     publish_report,
+    read_consistent_snapshot,
     running_projector,
     stored_host,
 )
@@ -150,3 +152,29 @@ async def test_restart_rebuilds_identical_snapshot_without_writes(nc: Client) ->
         _, a = await stored_host(nc, "a")
     assert after == {h: before[h] for h in ["b", "c"]}
     assert a.values["scratch_free"].value == 99.0
+
+
+async def test_status_covers_a_burst_once_caught_up(nc: Client) -> None:
+    """While behind, the status is written at most every STATUS_GAP, not after every
+    flush; once the projector caught up the status covers the last event at once (here
+    no status_interval write could: it is an hour), with every record it covers."""
+    async with running_projector(nc, status_interval=3600) as p:
+        await publish_catalog(nc)
+        hosts = [f"burst{i}" for i in range(300)]
+        seqs: list[int] = []
+        for round_ in range(1, 6):
+            seqs += await asyncio.gather(*(
+                publish_report(nc, "scratch", h, {"scratch_free": float(round_)}, seq=round_)
+                for h in hosts))
+        last = max(seqs)
+        await p.wait_until(last)
+
+        async def covered() -> bool:
+            status, _ = await read_consistent_snapshot(nc)
+            return status.last_seq == last
+
+        await eventually(covered, 10, "a status covering the burst's last event")
+        status, records = await read_consistent_snapshot(nc)
+    assert status.applied == p.applied
+    assert {decode(records[host_snapshot_subject(h)], HostSnapshot)
+            .values["scratch_free"].value for h in hosts} == {5.0}

@@ -424,9 +424,11 @@ async def read_consistent_cut(nc: Client) -> tuple[list[ProjectorStatus], dict[s
     """The projector status records of the current layout and every other CRR_SNAPSHOT
     record, read at a consistent point.
 
-    A projector writes its status after every flush, so each projector's status is
-    newer than every record it wrote in that flush; a record newer than its writer's
-    status belongs to a flush still in progress, and the read is retried (bounded).
+    A projector writes its status after the records of the flushes it covers (after
+    the flush that caught up, and while behind about every `STATUS_GAP`), so each
+    projector's status is newer than every record it covers; a record newer than its
+    writer's status belongs to a flush no status covers yet, and the read is retried
+    (bounded).
     """
     try:
         async for attempt in TORN_READ.retrying(attempts=20, on=(_Torn,)):
