@@ -51,6 +51,7 @@ from projections.state import (
     ProjectionState,
     Record,
     ReporterRecord,
+    compact_heap,
 )
 from projections.validation import Rejected, short, validate_devices, validate_value
 from schemas.catalog import Catalog
@@ -136,6 +137,8 @@ def apply(state: ProjectionState, env: Envelope) -> Changes:
     """Apply one stored event; expiry up to its receive time runs first."""
     t = env.received_at
     heap = state.heap
+    if len(heap) > state.heap_limit:
+        compact_heap(state)
     acc = None
     if heap and heap[0].due <= t:
         # Most due entries are of overwritten batches: drop them without further ado.

@@ -27,6 +27,7 @@ typed msgspec decoder) and for memory (50k hosts x 20 values):
 from __future__ import annotations
 
 import functools
+import heapq
 import operator
 from collections.abc import Set as AbstractSet
 from typing import Any
@@ -55,6 +56,9 @@ LIFECYCLE_STATES = frozenset({
 """Health states that win over the projector's own findings (`silent`, `rejecting`)."""
 
 MAX_REJECTIONS = 10
+
+HEAP_FLOOR = 4096
+"""`ProjectionState.heap_limit` never goes below this (small heaps are not compacted)."""
 """Reasons kept per reporter for its last report."""
 
 
@@ -195,7 +199,8 @@ class Deadline(msgspec.Struct, order=True, frozen=True, gc=False):
 class ProjectionState:
     """The mutable state of one fold.  Create empty; feed it with `projections.fold.apply`."""
 
-    __slots__ = ("catalog_seq", "cluster", "counter", "heap", "hosts", "pending", "plan", "seq")
+    __slots__ = ("catalog_seq", "cluster", "counter", "heap", "heap_limit", "hosts", "pending",
+                 "plan", "seq")
 
     def __init__(self) -> None:
         self.plan: CatalogPlan = EMPTY_PLAN
@@ -207,6 +212,8 @@ class ProjectionState:
         self.hosts: dict[str, Record] = {}
         self.cluster: Record = Record()
         self.heap: list[Deadline] = []
+        self.heap_limit: int = HEAP_FLOOR
+        """The heap's length that makes `compact_heap` drop the dead batches' entries."""
         self.counter: int = 0
         """The `counter` of the last `Deadline` pushed."""
         self.pending: dict[str, Held] = {}
@@ -225,6 +232,23 @@ class ProjectionState:
         if rec is None:
             rec = self.hosts[host] = Record()
         return rec
+
+
+def compact_heap(state: ProjectionState) -> None:
+    """Drop the deadline entries of dead batches (which expiry would skip) from the heap.
+
+    Lazy deletion leaves an overwritten batch's entry in the heap until it comes
+    due: with reports every `interval` and a lifetime of several intervals the
+    heap holds several dead entries (each with its ~100 B batch) per live one,
+    and memory grows with report rate x lifetime (measured: +2.5 MB/s at 5-7k
+    reports/s with a 120 s interval, 950 MB after a 3-minute ramp).  Run when the
+    heap reaches `heap_limit`, which it then sets to twice what is left, so the
+    O(n) pass costs O(1) per push; what expiry does, and when, is unchanged.
+    """
+    heap = state.heap
+    heap[:] = [e for e in heap if (b := e.batch) is None or not b.dead]
+    heapq.heapify(heap)
+    state.heap_limit = max(HEAP_FLOOR, 2 * len(heap))
 
 
 class Held(msgspec.Struct, frozen=True, gc=False):
