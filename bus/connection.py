@@ -311,6 +311,10 @@ async def open_connection(
         with attempt:
             try:
                 nc = await _connect_once(options, fatal, seen)
+            except CredentialsRequiredError as exc:
+                raise AuthError(f"NATS at {shown} requires credentials and none were given "
+                                f"(pass --creds FILE); the connection ended with: "
+                                f"{exc}") from None
             except Exception as exc:
                 # nats-py reports a refused CONNECT to error_cb and raises only
                 # "no servers available": look at what error_cb saw, too.
@@ -352,7 +356,7 @@ def _why(exc: BaseException, cause: BaseException) -> str:
 async def _connect_once(
     options: dict[str, Any], fatal: asyncio.Event, seen: list[Exception]
 ) -> Client:
-    """One `nats.connect`, cut short by a fatal error its `error_cb` saw.
+    """One connect (`Client.connect`), cut short by a fatal error its `error_cb` saw.
 
     nats-py goes on retrying the server pool after a refused CONNECT or a
     failed TLS verification (and, for TLS, can hang there): neither can
@@ -360,7 +364,8 @@ async def _connect_once(
     """
     fatal.clear()
     seen.clear()
-    task = asyncio.ensure_future(nats.connect(**options))
+    nc = Client()
+    task = asyncio.ensure_future(nc.connect(**options))
     waiter = asyncio.ensure_future(fatal.wait())
     try:
         await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
@@ -369,13 +374,39 @@ async def _connect_once(
         if not task.done():
             task.cancel()
     try:
-        nc: Client = await task
+        await task
     except asyncio.CancelledError:
         if fatal.is_set() and seen:
             raise seen[0] from None
         raise
+    except Exception as exc:
+        if _credentials_missing(nc, options):
+            raise CredentialsRequiredError(describe(exc)) from exc
+        raise
     nats_headers.install(nc)  # the same headers, parsed faster (every message has some)
     return nc
+
+
+class CredentialsRequiredError(Exception):
+    """A connect failed after the server's INFO said it requires authentication, and none
+    was given (see `_credentials_missing`)."""
+
+
+def _credentials_missing(nc: Client, options: dict[str, Any]) -> bool:
+    """Whether the server asked for authentication (`auth_required` in its INFO) and the
+    options carry none: no credentials file, token or user in the URL.
+
+    Such a server answers CONNECT with `-ERR 'Authorization Violation'` and closes the
+    connection; under load the close can reach the client as a reset before that line is
+    read (seen: five attempts in a row), so the failure would look like an unreachable
+    server.  The INFO, read before CONNECT, tells which it is."""
+    info = getattr(nc, "_server_info", None)
+    if not isinstance(info, dict) or not info.get("auth_required"):
+        return False
+    given = ("user_credentials", "nkeys_seed", "nkeys_seed_str", "user", "password", "token")
+    if any(options.get(k) for k in given):
+        return False
+    return not any("@" in str(s) for s in options.get("servers", ()))
 
 
 @asynccontextmanager

@@ -12,6 +12,8 @@ import json
 import logging
 import os
 import signal
+import socket
+import struct
 import sys
 import time
 from pathlib import Path
@@ -193,6 +195,38 @@ async def test_view_role_reads_but_cannot_publish_or_create_streams(tmp_path: Pa
         assert proc.returncode == 0, err.decode()
         assert [h["host"] for h in json.loads(out)] == ["nodeA"]
         assert_no_secret(rig, out, err)
+
+
+async def test_no_credentials_on_a_reset_connection_is_an_auth_error() -> None:
+    """A server that requires authentication may close the connection on a CONNECT without
+    credentials before its `-ERR` is read (a reset, seen under load): that is still an
+    AuthError saying credentials are needed, not "cannot reach NATS".  A stand-in server
+    makes the reset certain: it sends an INFO with `auth_required` and resets on CONNECT."""
+    info = {"server_id": "stand-in", "version": "2.10.0", "proto": 1, "headers": True,
+            "max_payload": 1048576, "auth_required": True}
+    accepted = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        accepted += 1
+        writer.write(b"INFO " + json.dumps(info).encode() + b"\r\n")
+        await writer.drain()
+        await reader.readline()  # the CONNECT
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()  # a reset, not the -ERR line
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        started = time.monotonic()
+        with pytest.raises(AuthError, match="requires credentials and none were given"):
+            await open_connection(f"nats://127.0.0.1:{port}", attempts=5)
+        assert accepted <= 2  # one connect call (nats-py's own pass), not five: no retries
+        assert time.monotonic() - started < 2.0
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 async def test_wrong_credentials_fail_fast_with_a_clear_message(tmp_path: Path) -> None:
