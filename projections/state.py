@@ -56,10 +56,10 @@ LIFECYCLE_STATES = frozenset({
 """Health states that win over the projector's own findings (`silent`, `rejecting`)."""
 
 MAX_REJECTIONS = 10
+"""Reasons kept per reporter for its last report."""
 
 HEAP_FLOOR = 4096
 """`ProjectionState.heap_limit` never goes below this (small heaps are not compacted)."""
-"""Reasons kept per reporter for its last report."""
 
 
 class Batch(msgspec.Struct, gc=False):

@@ -155,9 +155,9 @@ async def test_restart_rebuilds_identical_snapshot_without_writes(nc: Client) ->
 
 
 async def test_status_covers_a_burst_once_caught_up(nc: Client) -> None:
-    """While behind, the status is written at most every STATUS_GAP, not after every
-    flush; once the projector caught up the status covers the last event at once (here
-    no status_interval write could: it is an hour), with every record it covers."""
+    """A burst the projector folds behind (status not after every flush while behind):
+    once it has caught up, a status covers the last event without waiting for the status
+    interval (an hour here), and every record it covers is stored before it."""
     async with running_projector(nc, status_interval=3600) as p:
         await publish_catalog(nc)
         hosts = [f"burst{i}" for i in range(300)]

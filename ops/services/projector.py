@@ -328,11 +328,15 @@ class Projector:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._events.drained(), BACKLOG_WAIT)
 
+    def _unwritten(self) -> bool:
+        """Something folded is not in CRR_SNAPSHOT yet: a change, a dead letter, or events
+        that changed nothing but still move the position (so `wait_until` on them returns)."""
+        return bool(self._dirty or self._deadletters or self._pos.applied > self._pos.written)
+
     def _caught_up(self) -> bool:
-        """Nothing left to flush: no change unwritten, nothing received and not folded,
+        """Nothing left to flush: nothing unwritten, nothing received and not folded,
         nothing in CRR_EVENTS not delivered yet (as of the last event folded)."""
-        return not (self._dirty or self._deadletters or self.buffered or self._pos.pending
-                    or self._pos.applied > self._pos.written)
+        return not (self._unwritten() or self.buffered or self._pos.pending)
 
     @property
     def buffered(self) -> int:
@@ -829,17 +833,14 @@ class Projector:
                     await self._fold_backlog()
                     now = tick()
                     self._expire(now)
-                    # Events that changed nothing (a dead letter's own copy, a duplicate)
-                    # still move the position, so wait_until() on them returns.
-                    wrote = bool(self._dirty or self._deadletters
-                                 or self._pos.applied > self._pos.written)
+                    wrote = self._unwritten()
                     if wrote:
                         with nats_errors():
                             await self._flush()
                         owed = True
                     # A status right behind the records it covers (stream order), so readers
                     # of CRR_SNAPSHOT learn the position: after the flush that caught up,
-                    # and while behind at most every STATUS_GAP (the next flush, not the
+                    # and while behind about every STATUS_GAP (the next flush, not the
                     # status's round trip, goes first).
                     if ((owed and (now - last_status >= STATUS_GAP or self._caught_up()))
                             or now >= next_status or self._status_due):
