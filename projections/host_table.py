@@ -36,7 +36,8 @@ far as the columns need (`schemas.snapshot_lean.lean_decoder` for the
 catalog's host resources: state, value and expiry of each — nothing else),
 `load_records` / `upsert_row` keep only the record's bytes beside the
 columns (a bulk load fills each column from its entries with a few C-level
-passes, a chunk of records at a time); `get` decodes the
+passes, a chunk of records at a time, from the records' columns headers
+where they have them: `schemas.snapshot_lean.COLUMNS_HEADER`); `get` decodes the
 full `HostSnapshot` from those bytes on demand.  A host therefore costs its
 columns' cells plus one bytes object, never a tree of Python objects that
 the cyclic garbage collector must scan.  The expiry is the record's numeric
@@ -52,7 +53,7 @@ import math
 import operator
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from itertools import chain, repeat
+from itertools import chain, compress, groupby, repeat
 from operator import countOf
 from typing import Any, Final, Literal, cast
 
@@ -66,7 +67,14 @@ from schemas.catalog import EMPTY_CATALOG, Catalog, Kind, ResourceSpec
 from schemas.codec import DECODERS
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ValueEntry
 from schemas.snapshot_lean import ABSENT as ABSENT_ENTRY
-from schemas.snapshot_lean import LeanEntry, LeanRecord, TwinEntry, lean_decoder, lean_fields
+from schemas.snapshot_lean import (
+    LeanEntry,
+    LeanRecord,
+    TwinEntry,
+    columns_decoder,
+    lean_decoder,
+    lean_fields,
+)
 from schemas.wire_time import expires_many, seconds_of
 
 ABSENT: Final = 0
@@ -106,6 +114,10 @@ _TWIN: Final = operator.attrgetter("expires_ts")
 _VALUE: Final = operator.attrgetter("value")
 _LEAN_FIELDS: Final = operator.attrgetter("state", "expires_ts", "expires_at", "value")
 _HOST: Final = operator.attrgetter("host")
+_V: Final = operator.attrgetter("v")
+_E: Final = operator.attrgetter("e")
+_X: Final = operator.attrgetter("x")
+_UNSET: Final = msgspec.UNSET
 _VALUES: Final = operator.attrgetter("values")
 
 
@@ -470,6 +482,8 @@ class HostTable:
         self._on_unreadable = on_unreadable
         self._lean: _LeanCodec | None = None
         self._getters: list[Callable[[Any], LeanEntry]] | None = None
+        self._columns_codec: Callable[[str], Any] | None = None
+        """The decode of `COLUMNS_HEADER` values for the catalog's host resources."""
         self._unpacked: dict[int, None] = {}
         self._staged = _Staged()
         """Lean rows whose record may be kept uncompressed (an ordered set; see `unpacked`)."""
@@ -501,6 +515,7 @@ class HostTable:
         self._catalog = catalog
         self._lean = None
         self._getters = None
+        self._columns_codec = None
         self._build_columns()
 
     def _lean_codec(self) -> _LeanCodec:
@@ -556,7 +571,8 @@ class HostTable:
                 lambda i, exc, at=start: on_error(at + i, exc))  # type: ignore[misc]
 
     def append_records(self, records: Sequence[bytes],
-                       on_error: Callable[[int, Exception], None] | None = None) -> None:
+                       on_error: Callable[[int, Exception], None] | None = None,
+                       columns: Sequence[str | None] | None = None) -> None:
         """`upsert_row` of each record's `decode_record` in turn, column-wise: one chunk of a load.
 
         The scheduler view feeds its cold start through this a chunk at a
@@ -567,7 +583,28 @@ class HostTable:
         state is the same: a row depends only on its host's last record).
         A record that does not decode is skipped and reported as
         `on_error(index in records, error)`.
+
+        `columns`: each record's `COLUMNS_HEADER` value, or None where it has
+        none (schemas.snapshot_lean).  A run of records that have one is read
+        from them (`_fill_columns`: a seventh of the bytes to scan), and gives
+        the same table; the rest, and a run whose headers do not all decode,
+        from the records themselves.
         """
+        if columns is not None and len(records) >= SMALL_BATCH:
+            decoded = self._decode_columns(columns)
+            start = 0
+            for has, run in groupby(range(len(records)), lambda i: decoded[i] is not None):
+                end = start + len(list(run))
+                if has and end - start >= SMALL_BATCH:
+                    if self._staged.at:
+                        self.apply_staged()
+                    self._append(decoded[start:end], records[start:end], self._fill_columns)
+                else:  # (a short run between records without columns: read whole)
+                    self.append_records(
+                        records[start:end], None if on_error is None else
+                        lambda i, exc, at=start: on_error(at + i, exc))  # type: ignore[misc]
+                start = end
+            return
         if self._staged.at:  # rows this writes in place must not be overwritten by older ones
             self.apply_staged()
         decode, _, _, twins = self._lean_codec()
@@ -594,6 +631,33 @@ class HostTable:
             for lean, data in zip(leans, datas, strict=True):
                 self.upsert_row(lean, data)
             return
+        self._append(leans, datas, lambda rows, chosen, replace: self._fill_lean(
+            rows, list(map(_VALUES, chosen)), replace=replace, twins=all_twins))
+
+    def _decode_columns(self, columns: Sequence[str | None]) -> list[Any]:
+        """Each `COLUMNS_HEADER` value decoded (`columns_decoder`), None where there is none
+        or it does not decode (that record is read whole)."""
+        decode = self._columns_codec
+        if decode is None:
+            names = self._lean_codec()[2]
+            decode = self._columns_codec = columns_decoder(names).decode
+        try:
+            return list(map(decode, columns))  # type: ignore[arg-type]
+        except (msgspec.ValidationError, msgspec.DecodeError, TypeError):
+            pass
+        out: list[Any] = []
+        for text in columns:
+            try:
+                out.append(None if text is None else decode(text))
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                out.append(None)
+        return out
+
+    def _append(self, leans: list[Any], datas: Sequence[bytes],
+                fill: Callable[[IntArray, list[Any], bool], None]) -> None:
+        """The rest of `append_records` once its records are decoded (`leans`, each with a
+        `host`): rows for the new hosts, the records kept, `fill(rows, the decoded records
+        of those rows, replace)` writes the columns."""
         hosts = list(map(_HOST, leans))
         table_rows = self._rows
         last = dict(zip(hosts, range(len(hosts)), strict=True))
@@ -625,9 +689,8 @@ class HostTable:
             for row, i in zip(all_rows, at, strict=True):
                 snaps[row] = datas[i]
         self._unpacked.update(dict.fromkeys(all_rows))
-        self._fill_lean(np.asarray(all_rows, dtype=np.int64),
-                        list(map(_VALUES, leans if len(at) == len(leans) else
-                                 [leans[i] for i in at])), replace=replace, twins=all_twins)
+        fill(np.asarray(all_rows, dtype=np.int64),
+             leans if len(at) == len(leans) else [leans[i] for i in at], replace)
         if replace:
             self._compact_pool()
 
@@ -1242,6 +1305,53 @@ class HostTable:
             else:
                 expires = _entry_expiries(entries)
             fresh_strings = self._fill_arrays(col, idx, codes, expires, list(map(_VALUE, entries)))
+            if fresh_strings is not None:
+                strings.append((col, *fresh_strings))
+        if strings:
+            self._fill_string_codes(strings)
+
+    def _fill_columns(self, rows: IntArray, decoded: list[Any], replace: bool) -> None:
+        """`_fill_lean` for records read from their columns headers (`columns_decoder`).
+
+        A column's values are taken from every record's `v` in C (`map` of the
+        field getter): fresh, expiring at the record's `e` (one array for all
+        columns); the record's `x` entries of that name (stale values, other
+        expiries: few) are put in place; a value that neither has is absent
+        (`msgspec.UNSET`), left as it is or, with `replace`, cleared.
+        """
+        names, getters = self._lean_codec()[2], self._lean_getters()
+        n = len(decoded)
+        vs = list(map(_V, decoded))
+        expiry = np.fromiter(map(_E, decoded), dtype=np.float64, count=n)
+        fresh_codes = np.full(n, FRESH, dtype=np.int8)
+        others: dict[str, list[tuple[int, tuple[Any, str, float]]]] = {}
+        for i in compress(range(n), map(_X, decoded)):
+            for name, entry in decoded[i].x.items():
+                others.setdefault(name, []).append((i, entry))
+        columns = self._columns
+        strings: list[tuple[Column, IntArray, list[str]]] = []
+        for name, getter in zip(names, getters, strict=True):
+            col = columns[name]
+            values: list[Any] = list(map(getter, vs))
+            codes, expires, idx = fresh_codes, expiry, rows
+            extra = others.get(name)
+            if extra is not None:
+                codes, expires = codes.copy(), expires.copy()
+                for i, (value, state, ts) in extra:
+                    values[i] = value
+                    codes[i] = _LEAN_CODES[state]
+                    expires[i] = ts
+            if countOf(values, _UNSET):
+                present = np.fromiter(map(operator.is_not, values, repeat(_UNSET)),
+                                      dtype=np.bool_, count=n)
+                if replace:
+                    self._clear_cells(col, rows[~present])
+                if not present.any():
+                    continue
+                where = np.flatnonzero(present)
+                values = list(map(values.__getitem__, where.tolist()))
+                codes, expires, idx = codes[where], expires[where], rows[where]
+            fresh_strings = self._fill_arrays(col, idx, codes, expires, values)
             if fresh_strings is not None:
                 strings.append((col, *fresh_strings))
         if strings:

@@ -47,6 +47,7 @@ from schemas.snapshot import (
     ReporterStatus,
     ValueEntry,
 )
+from schemas.snapshot_lean import COLUMNS_MAX, columns_of
 from schemas.wire_time import format_time
 
 LIFECYCLE_STATES = frozenset({
@@ -501,6 +502,35 @@ def host_record(state: ProjectionState, host: str) -> bytes:
     projector writes one per report: see `_encoded_values`)."""
     return encode(HostSnapshot(host=host, **_parts(state, state.hosts[host], "host",
                                                     encoded=True)))
+
+
+def host_columns(state: ProjectionState, host: str) -> str | None:
+    """The `COLUMNS_HEADER` value of `host_record(state, host)` (schemas.snapshot_lean), or
+    None when it would be longer than `COLUMNS_MAX`.
+
+    `columns_of` the record's entries; a host's steady state (one reporter's one
+    report of all its values, none stale: one expiry) is built without entry
+    objects (`tests/test_snapshot_encoding.py` checks it against `columns_of`).
+    """
+    rec = state.hosts[host]
+    if len(rec.reporters) == 1:
+        ((reporter, rs),) = rec.reporters.items()
+        uniform = state.plan.uniform_life.get((reporter, "host"))
+        if len(rs.batches) == 1 and uniform is not None:
+            b = rs.batches[0]
+            if b.full is not None and not b.stale and b.order:  # (`full` encodes as `v`)
+                return _columns_bytes(b"".join((
+                    b'{"e":', _encode(b.received_at + uniform), b',"host":', _encode(host),
+                    b',"v":', _encode(b.full), b"}")))
+    return _columns_text(columns_of(host, _values(state, rec)))
+
+
+def _columns_text(columns: dict[str, Any]) -> str | None:
+    return _columns_bytes(_encode(columns))
+
+
+def _columns_bytes(data: bytes) -> str | None:
+    return data.decode() if len(data) <= COLUMNS_MAX else None
 
 
 def cluster_record(state: ProjectionState) -> bytes:

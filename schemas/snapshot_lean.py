@@ -17,18 +17,31 @@ records decode alike.
 
 These are read-only views of the wire type, never encoded: a writer always
 writes the full `HostSnapshot`.
+
+The columns header (`COLUMNS_HEADER`, an addition to DESIGN §4): the
+projector sends each host record with a NATS header holding just those
+columns in compact JSON, `{"e": E, "host": H, "v": {name: value}, "x":
+{name: [value, state, expires_ts]}}`: `v` has the values whose state is
+"fresh" (or "unknown", as null) and whose `expires_ts` is `e`, `x` every
+other value (stale ones; other expiries); `e` and `x` are left out when
+empty (`columns_of` is the rule).  It is derived from the record's own entries and says nothing the
+body does not; a cold start decodes ~900 bytes per host instead of ~6 kB
+(`columns_decoder`).  A record without it (another writer, an older
+projector, a host whose columns would exceed `COLUMNS_MAX`) is read from
+its body, as always.
 """
 
 from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import msgspec
 
-from schemas.snapshot import ValueState
+from schemas.snapshot import ValueEntry, ValueState
 
 
 class LeanEntry(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -72,6 +85,13 @@ class LeanRecord(Protocol):
     where the record has no value); `lean_entries` reads them all in that order."""
 
 
+COLUMNS_HEADER: Final = "Crr-Columns"
+"""The NATS header of a host record that holds its columns (see the module doc)."""
+COLUMNS_MAX: Final = 32 * 1024
+"""A host's columns longer than this (bytes of JSON) are not sent as a header: a header
+that large would only add to a record that large, and the body says the same."""
+
+
 def lean_fields(count: int) -> list[Callable[[Any], Any]]:
     """Getters of each resource's entry in a `lean_decoder`'s values, in the order of its
     names (`count` of them)."""
@@ -104,3 +124,56 @@ def lean_decoder(names: Sequence[str], entry: type[LeanEntry | TwinEntry] = Lean
         return msgspec.json.Decoder(record), lambda v: (one(v),)
     getter = operator.attrgetter(*fields) if fields else (lambda _v: ())
     return msgspec.json.Decoder(record), getter
+
+
+def columns_decoder(names: Sequence[str]) -> msgspec.json.Decoder[Any]:
+    """A decoder of `COLUMNS_HEADER` values for the resources `names`.
+
+    It gives a Struct with `host`, `e` (inf when absent), `v` (a Struct with
+    one field per name, read by `lean_fields(len(names))`; `msgspec.UNSET`
+    where the header has no value of that name in `v`) and `x` (name ->
+    (value, state, expires_ts), or None).  Names not in `names` are skipped
+    in `v` (not in `x`: callers look up their own).
+    """
+    fields = _fields(len(names))
+    values = msgspec.defstruct(
+        "ColumnValues", [(f, Any, msgspec.UNSET) for f in fields],
+        rename=dict(zip(fields, names, strict=True)), frozen=True, gc=False, kw_only=True)
+    record = msgspec.defstruct(
+        "ColumnsRecord",
+        [("host", str), ("e", float, math.inf),
+         ("v", values, msgspec.field(default_factory=values)),
+         ("x", dict[str, tuple[Any, ValueState, float]] | None, None)],
+        frozen=True, gc=False, kw_only=True)
+    return msgspec.json.Decoder(record)
+
+
+def columns_of(host: str, entries: Mapping[str, ValueEntry]) -> dict[str, Any]:
+    """The columns (`COLUMNS_HEADER`, before encoding) of a host record with these value
+    entries (which carry their `expires_ts` twins).
+
+    `e` is the expiry most entries of `v` share (the first such, on a tie);
+    an entry goes in `v` when it expires then and is fresh, or unknown with
+    a null value (what `v` says of a null); in `x` otherwise.
+    """
+    common = Counter(entry.expires_ts for entry in entries.values() if _plain(entry))
+    e = common.most_common(1)[0][0] if common else None
+    v: dict[str, Any] = {}
+    x: dict[str, tuple[Any, str, float | None]] = {}
+    for name, entry in entries.items():
+        if entry.expires_ts == e and _plain(entry):
+            v[name] = entry.value
+        else:
+            x[name] = (entry.value, entry.state, entry.expires_ts)
+    out: dict[str, Any] = {"host": host}
+    if v:
+        out["e"] = e
+        out["v"] = v
+    if x:
+        out["x"] = x
+    return out
+
+
+def _plain(entry: ValueEntry) -> bool:
+    """Whether `v` can say what `entry` says (see `columns_of`)."""
+    return entry.state == "fresh" or (entry.state == "unknown" and entry.value is None)

@@ -23,6 +23,7 @@ from projections.host_table import HostTable
 from projections.select import compile_select, explain
 from schemas.codec import DECODERS, encode
 from schemas.snapshot import HostSnapshot
+from schemas.snapshot_lean import columns_of
 from schemas.wire_time import expires_seconds, format_time
 from tests.select_support import CATALOG, NOW, host_snapshot
 from tests.test_host_table import _SNAPSHOTS, _assert_same_table, _without_twins
@@ -239,16 +240,27 @@ def test_packing_keeps_the_answers_and_skips_rows_that_changed() -> None:
     assert compile_select("free > 40", CATALOG).select(table, NOW) == ["h2"]
 
 
-@settings(max_examples=150, deadline=None)
+def _columns(record: bytes, mode: str, k: int) -> str | None:
+    """The record's columns header as the projector writes it, for `mode` "all"; none for
+    "none"; every other one for "some"; for "bad", every third one undecodable."""
+    if mode == "none" or (mode == "some" and k % 2) or (mode == "bad" and k % 3 == 0):
+        return '{"host": 1}' if mode == "bad" else None
+    snap = _full(record)
+    return encode(columns_of(snap.host, snap.values)).decode()
+
+
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(_SNAPSHOTS, max_size=12), min_size=1, max_size=6),
        st.lists(st.sampled_from(["h0", "h1", "h2", "a", "b"]), max_size=3),
-       st.sampled_from(["", "a", "b"]), st.booleans())
+       st.sampled_from(["", "a", "b"]), st.booleans(),
+       st.sampled_from(["none", "all", "some", "bad"]))
 def test_batches_equal_upserts_one_by_one(batches: list[list[HostSnapshot]], removed: list[str],
-                                          member: str, twins: bool) -> None:
+                                          member: str, twins: bool, columns: str) -> None:
     """`append_records` of batches — new hosts, hosts the table has (rewritten in place,
     cells the new record lacks cleared), repeats within a batch, removals between batches,
-    member columns already built; records with and without twins — gives the table (and
-    the member columns) that `upsert_row` of every record in turn gives."""
+    member columns already built; records with and without twins, with twins also with
+    columns headers (on all, on some, some undecodable) — gives the table (and the member
+    columns) that `upsert_row` of every record in turn gives."""
     one_by_one = HostTable(CATALOG)
     batched = HostTable(CATALOG)
     if member:  # a member column built before any row, maintained by every write after
@@ -261,7 +273,8 @@ def test_batches_equal_upserts_one_by_one(batches: list[list[HostSnapshot]], rem
             records = [_with_twins(encode(s)) if twins else encode(s) for s in snaps]
             for r in records:
                 _upsert(one_by_one, r)
-            batched.append_records(records)
+            batched.append_records(records, columns=[
+                _columns(r, columns, k) for k, r in enumerate(records)] if twins else None)
             if i == 0:
                 for table in (one_by_one, batched):
                     for host in removed:

@@ -7,11 +7,13 @@ import asyncio
 import pytest
 from nats.aio.client import Client
 
+from bus.tracing import SpanContext
 from ops.services.checkpoint_read import load_checkpoint
 from ops.services.position import Position
 from ops.services.snapshot_writer import SnapshotWriter, WrittenRecords
 from schemas.errors import CrrTimeoutError
 from schemas.events import DeadLetter
+from schemas.snapshot_lean import COLUMNS_HEADER
 from schemas.subjects import DEADLETTER, EVENTS_STREAM, SNAPSHOT_STREAM, host_snapshot_subject
 
 
@@ -52,8 +54,8 @@ async def test_writer_skips_what_the_stream_holds(nc: Client) -> None:
     subject = host_snapshot_subject("n1")
     writer = SnapshotWriter(nc)
     try:
-        await writer.write(iter([(subject, b'{"a":1}')]))
-        await writer.write(iter([(subject, b'{"a":1}')]))
+        await writer.write(iter([(subject, b'{"a":1}', None)]))
+        await writer.write(iter([(subject, b'{"a":1}', None)]))
         assert writer.writes == 1
         letter = DeadLetter(seq=7, subject="crr.v1.report.host.n1.r", reason="bad",
                             payload="{", received_at="2027-01-15T08:00:00.000Z")
@@ -95,3 +97,29 @@ def test_written_records_loaded_are_compared_whole_until_digested(keep_bytes: bo
     written.pop("b")
     assert not written.same("b", b"two")
     assert len(written.items()) == (2 if keep_bytes else 0)
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["pipelined", "one-by-one"])
+async def test_writer_sends_columns_unless_the_record_would_not_fit(nc: Client,
+                                                                   traced: bool) -> None:
+    """A record goes out with its columns header; one that the header would push past the
+    server's max_payload goes out without it (readers read it whole), never not at all."""
+    big = b'{"a":"' + b"x" * (nc.max_payload - 8 * 1024) + b'"}'
+    columns = '{"host":"n2","v":{"a":"' + "y" * 6000 + '"}}'
+    writer = SnapshotWriter(nc)
+    if traced:  # the one-by-one path (records continuing a trace, fenced writes)
+        parent = SpanContext(trace_id=1, span_id=1, is_remote=True)
+        writer.trace_parents = {host_snapshot_subject(h): parent for h in ("n1", "n2")}
+    try:
+        await writer.write(iter([(host_snapshot_subject("n1"), b'{"a":1}', '{"host":"n1"}'),
+                                 (host_snapshot_subject("n2"), big, columns)]))
+        assert writer.writes == 2
+    finally:
+        await writer.close()
+    js = nc.jetstream()
+    small = await js.get_last_msg(SNAPSHOT_STREAM, host_snapshot_subject("n1"))
+    assert small.headers is not None
+    assert small.headers[COLUMNS_HEADER] == '{"host":"n1"}'
+    stored = await js.get_last_msg(SNAPSHOT_STREAM, host_snapshot_subject("n2"))
+    assert stored.data == big
+    assert COLUMNS_HEADER not in (stored.headers or {})

@@ -1,10 +1,12 @@
 """The projector's record encoder (`host_record`, `cluster_record`) writes exactly the bytes of
-`encode(host_snapshot(...))`, which replay, `crr hosts` and the golden samples use."""
+`encode(host_snapshot(...))`, which replay, `crr hosts` and the golden samples use; its
+columns header (`host_columns`) is `columns_of` the record's entries."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,19 +17,27 @@ from projections.state import (
     ProjectionState,
     cluster_record,
     cluster_snapshot,
+    host_columns,
     host_record,
     host_snapshot,
 )
 from schemas.codec import encode
+from schemas.snapshot_lean import columns_of
 from schemas.subjects import CATALOG
 from tests.fold_support import T0, catalog_env, report_env
 from tests.test_fold_properties import events
 
 
 def assert_records_match(state: ProjectionState) -> None:
-    """Every host record and the cluster record, both ways, byte for byte."""
+    """Every host record and the cluster record, both ways, byte for byte; every host's
+    columns header is `columns_of` its record's entries."""
     for host in state.hosts:
-        assert host_record(state, host) == encode(host_snapshot(state, host)), host
+        snapshot = host_snapshot(state, host)
+        assert host_record(state, host) == encode(snapshot), host
+        columns = host_columns(state, host)
+        assert columns is not None
+        assert msgspec.json.decode(columns) == msgspec.json.decode(
+            encode(columns_of(host, snapshot.values))), host
     assert cluster_record(state) == encode(cluster_snapshot(state))
 
 

@@ -20,8 +20,10 @@ from projections.host_table import HostTable
 from projections.select import compile_select, explain
 from schemas.codec import DECODERS, encode
 from schemas.snapshot import HostSnapshot
-from schemas.subjects import SNAPSHOT_CATALOG, host_snapshot_subject
+from schemas.snapshot_lean import COLUMNS_HEADER, columns_of
+from schemas.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM, host_snapshot_subject
 from schemas.wire_time import expires_seconds
+from tests.projector_support import publish_catalog, publish_report, running_projector
 from tests.select_support import CATALOG, NOW, STALE, StaleWas, host_snapshot
 
 EXPRS = ["free > 3", 'os == "rhel9" && ok', 'tags has "a" || free < 2', "!ok"]
@@ -110,6 +112,68 @@ async def test_old_and_new_records_load_and_live(nc: Client) -> None:
             assert view.table.record(host) == last[host_snapshot_subject(host)]
     finally:
         await view.stop()
+
+
+async def test_columns_headers_give_the_answers_of_the_records(
+        nc: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records with their columns header (as the projector writes them), without one, and with
+    one that does not decode, in runs: the load reads the headers where it can and answers
+    as the records themselves do (get(), select, explain)."""
+    await provision(nc)
+    await nc.jetstream().publish(SNAPSHOT_CATALOG, encode(CATALOG))
+    records = _records(0, 150, twins=True)
+    fills: list[int] = []
+    fill = HostTable._fill_columns
+
+    def counted(self: HostTable, rows: Any, *args: Any) -> None:
+        fills.append(len(rows))
+        fill(self, rows, *args)
+
+    monkeypatch.setattr(HostTable, "_fill_columns", counted)
+    for k, (subject, data) in enumerate(records):
+        snap = DECODERS[HostSnapshot].decode(data)
+        columns = encode(columns_of(snap.host, snap.values)).decode()
+        if 60 <= k < 100:
+            columns = "" if k % 2 else '{"host": ["not", "a", "name"]}'
+        headers = {COLUMNS_HEADER: columns} if columns else None
+        await nc.jetstream().publish(subject, data, headers=headers)
+    view = SchedulerView(nc, idle_heartbeat=0.5, clock=lambda: NOW)
+    try:
+        await view.start()
+        await view.wait_ready(10)
+        assert fills == [60, 50]  # records 60-99 (broken or no headers) were read whole
+        full = _full_table(records)
+        hosts = full.hosts()
+        assert view.table.hosts() == hosts
+        for host in hosts:
+            assert view.table.get(host) == full.get(host)
+        for text in EXPRS:
+            compiled = compile_select(text, CATALOG)
+            assert view.select(text) == compiled.select(full, NOW), text
+            for host in hosts[::7]:
+                assert view.explain(text, host) == explain(compiled, full, host, NOW)
+        assert view.rejected == 0
+    finally:
+        await view.stop()
+
+
+async def test_the_projector_writes_each_host_record_with_its_columns(nc: Client) -> None:
+    """Every host record the projector writes carries its columns header: `columns_of` the
+    record's own entries (fresh, and stale after a second report left one value behind)."""
+    async with running_projector(nc) as p:
+        seq = await publish_catalog(nc)
+        for i in range(5):
+            seq = await publish_report(nc, "scratch", f"n{i}", {"scratch_free": float(i)})
+        await p.wait_until(seq)
+    js = nc.jetstream()
+    for i in range(5):
+        msg = await js.get_last_msg(SNAPSHOT_STREAM, host_snapshot_subject(f"n{i}"))
+        assert msg.data is not None
+        assert msg.headers is not None
+        snap = DECODERS[HostSnapshot].decode(msg.data)
+        assert msgspec.json.decode(msg.headers[COLUMNS_HEADER]) == msgspec.json.decode(
+            encode(columns_of(snap.host, snap.values)))
+        assert snap.values["scratch_free"].value == float(i)
 
 
 async def test_bad_records_are_reported_and_the_rest_served(

@@ -73,11 +73,17 @@ from ops.services.lease import Lease
 from ops.services.metrics import ProjectorMetrics
 from ops.services.position import Position
 from ops.services.restore import NotRestorable, Restored, catalog_digest, restore_from
-from ops.services.snapshot_writer import SnapshotWriter
+from ops.services.snapshot_writer import Record, SnapshotWriter
 from projections.checkpoint import CheckpointError, Deferred, Lazy
 from projections.envelope import Envelope
 from projections.fold import Changes, apply, expire, next_deadline
-from projections.state import ProjectionState, cluster_record, host_names, host_record
+from projections.state import (
+    ProjectionState,
+    cluster_record,
+    host_columns,
+    host_names,
+    host_record,
+)
 from schemas.codec import DECODERS, encode
 from schemas.errors import BusError, CrrError, CrrTimeoutError, LeaseLostError, StreamConfigError
 from schemas.events import DeadLetter
@@ -480,20 +486,23 @@ class Projector:
         cut = self._cut.at(state, self.applied, self.deadletter_count, self._next_deadline())
         owns_shared = self.partition in (None, 0)
 
-        def records() -> Iterator[tuple[str, bytes]]:
+        def records() -> Iterator[Record]:
             # Encoded one at a time as they are written (see `_publish_pipelined`), so
             # events arriving meanwhile are held, not folded, until the flush ends: every
             # record written then reflects exactly (`seq`, the last expiry `now`), the cut
             # the status written after it claims (`crr replay --verify` relies on it).
             if dirty.catalog and state.catalog is not None and owns_shared:
-                yield SNAPSHOT_CATALOG, encode(state.catalog)
+                yield SNAPSHOT_CATALOG, encode(state.catalog), None
             if dirty.cluster and owns_shared:
-                yield SNAPSHOT_CLUSTER, cluster_record(state)
+                yield SNAPSHOT_CLUSTER, cluster_record(state), None
             for h in sorted(dirty.hosts):
                 # A host no longer in the state was forgotten (`crr hosts forget`): an empty
                 # record is its delete marker (readers drop the host; compaction keeps only it).
-                yield host_snapshot_subject(h), (host_record(state, h)
-                                                 if h in state.hosts else b"")
+                if h in state.hosts:
+                    yield (host_snapshot_subject(h), host_record(state, h),
+                           host_columns(state, h))
+                else:
+                    yield host_snapshot_subject(h), b"", None
             self._release_held()  # all encoded: fold on while the acks come back
 
         letters, self._deadletters = self._deadletters, []

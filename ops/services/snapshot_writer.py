@@ -8,6 +8,10 @@ the hot path, or one by one with fencing headers while an HA lease is held
 (ops/services/lease.py) and for records that continue a sampled trace; and publishes
 dead letters with a de-duplicating message id.  What to write, and when, is
 the projector's business (ops/services/projector.py).
+
+A record comes with its columns (`schemas.snapshot_lean.COLUMNS_HEADER`,
+None for records without): they go out as that header.  They are derived
+from the record's bytes, so "unchanged" is decided on the bytes alone.
 """
 
 from __future__ import annotations
@@ -28,9 +32,24 @@ from ops.services.lease import Lease
 from schemas.codec import encode
 from schemas.errors import BusError, LeaseLostError, SequenceCheckBusyError, WrongLastSequenceError
 from schemas.events import DeadLetter
+from schemas.snapshot_lean import COLUMNS_HEADER
 from schemas.subjects import DEADLETTER, MSG_ID_HEADER, deadletter_msg_id
 
 WRITE_WINDOW = 512
+
+Record = tuple[str, bytes, str | None]
+"""A record to write: subject, bytes, and its columns header (None: none)."""
+
+
+HEADER_ROOM = 4096
+"""Bytes left for the other headers when a record's columns are added (see `_columns`)."""
+
+
+def _with_columns(headers: dict[str, str] | None, columns: str | None,
+                  ) -> dict[str, str] | None:
+    if columns is None:
+        return headers
+    return {COLUMNS_HEADER: columns} if headers is None else {**headers, COLUMNS_HEADER: columns}
 
 
 class WrittenRecords:
@@ -145,14 +164,16 @@ class SnapshotWriter:
             return contextlib.nullcontext(None)
         return self._lease.writing()
 
-    async def publish(self, subject: str, data: bytes,
-                      headers: dict[str, str] | None = None) -> int | None:
-        """Write one record unless CRR_SNAPSHOT holds it already; its seq (None: skipped).
-        LeaseLostError when a fenced write is refused."""
+    async def publish(self, subject: str, data: bytes, fence: dict[str, str] | None = None,
+                      columns: str | None = None) -> int | None:
+        """Write one record (with the `fence` headers, and its `columns`) unless CRR_SNAPSHOT
+        holds it already; its seq (None: skipped).  LeaseLostError when a fenced write is
+        refused."""
         parents = self.trace_parents
         parent = parents.pop(subject, None) if parents else None
         if self.written.same(subject, data):
             return None
+        headers = _with_columns(fence, self._columns(data, columns))
         span = None
         if parent is not None:  # continue the report's trace (W3C context in the headers)
             headers = dict(headers or {})
@@ -164,7 +185,7 @@ class SnapshotWriter:
             tracing.end_publish(span, seq=ack.seq)
         except BaseException as exc:
             tracing.end_publish(span, error=exc)
-            if (headers is not None and self._lease is not None
+            if (fence is not None and self._lease is not None
                     and isinstance(exc, WrongLastSequenceError)):  # the fence
                 self._lease.lost()
                 raise LeaseLostError(f"write to {subject} refused: lease lost") from exc
@@ -173,14 +194,24 @@ class SnapshotWriter:
         self.writes += 1
         return int(ack.seq)
 
-    async def write(self, records: Iterator[tuple[str, bytes]],
+    def _columns(self, data: bytes, columns: str | None) -> str | None:
+        """`columns`, unless the record would then exceed the server's max_payload: a record
+        that fits goes out without them rather than not at all (readers read it whole)."""
+        if columns is None:
+            return None
+        room = self._nc.max_payload - HEADER_ROOM - len(data)
+        if 4 * len(columns) <= room or len(columns.encode()) <= room:  # (UTF-8: ≤ 4 B a char)
+            return columns
+        return None
+
+    async def write(self, records: Iterator[Record],
                     letters: Iterable[DeadLetter] = ()) -> None:
         """Write the changed `records` (consumed lazily), then the dead letters; returns
         when every write is acknowledged, raises (NATS errors, LeaseLostError) if one
         failed."""
         out = records
         if self._lease is None:  # the hot path: no fence, no trace
-            slow: list[tuple[str, bytes]] = []  # records continuing a sampled trace
+            slow: list[Record] = []  # records continuing a sampled trace
             await self._pipelined(out, slow)
             out = iter(slow)
         while window := list(itertools.islice(out, WRITE_WINDOW)):
@@ -190,11 +221,11 @@ class SnapshotWriter:
             await self._js.publish(DEADLETTER, encode(dl),
                                    headers={MSG_ID_HEADER: deadletter_msg_id(dl.seq)})
 
-    async def _publish_window(self, window: list[tuple[str, bytes]],
+    async def _publish_window(self, window: list[Record],
                               fence: dict[str, str] | None) -> None:
         """Write `window` concurrently; fenced writes a clustered stream refused as busy
         (one fenced write in flight at a time, ops/services/lease.py) are retried one by one."""
-        results = await asyncio.gather(*(self.publish(s, d, fence) for s, d in window),
+        results = await asyncio.gather(*(self.publish(s, d, fence, c) for s, d, c in window),
                                        return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         for exc in sorted(errors, key=lambda e: not isinstance(e, LeaseLostError)):
@@ -202,13 +233,12 @@ class SnapshotWriter:
                 raise exc
         busy = [rec for rec, r in zip(window, results, strict=True)
                 if isinstance(r, SequenceCheckBusyError)]
-        for s, d in busy:
+        for s, d, c in busy:
             async for attempt in FENCE_BUSY.retrying(attempts=10, on=(SequenceCheckBusyError,)):
                 with attempt:
-                    await self.publish(s, d, fence)
+                    await self.publish(s, d, fence, c)
 
-    async def _pipelined(self, records: Iterable[tuple[str, bytes]],
-                         slow: list[tuple[str, bytes]]) -> None:
+    async def _pipelined(self, records: Iterable[Record], slow: list[Record]) -> None:
         """Write the changed records pipelined and wait for every ack.
 
         `records` is consumed lazily: a record is encoded only when there is
@@ -226,14 +256,16 @@ class SnapshotWriter:
         keep = written.keeps_bytes
         parents = self.trace_parents
         sent: list[tuple[str, int, bytes | None]] = []
-        for s, d in records:
+        for record in records:
+            s, d, columns = record
             if s in parents:
-                slow.append((s, d))
+                slow.append(record)
                 continue
             digest = written.digest(d)
             if written.same(s, d, digest):
                 continue
-            await pipe.publish(s, d)
+            columns = self._columns(d, columns)
+            await pipe.publish(s, d, None if columns is None else {COLUMNS_HEADER: columns})
             sent.append((s, digest, d if keep else None))
         if not sent:
             return

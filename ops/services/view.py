@@ -91,6 +91,7 @@ from schemas.catalog import Catalog
 from schemas.codec import DECODERS
 from schemas.errors import CrrError, CrrTimeoutError, NotReadyError, SubjectError
 from schemas.snapshot import ClusterSnapshot, ProjectorStatus
+from schemas.snapshot_lean import COLUMNS_HEADER
 from schemas.subjects import (
     SNAPSHOT_ALL,
     SNAPSHOT_CATALOG,
@@ -470,7 +471,9 @@ class SchedulerView:
         load.pending.clear()
         with _gc_paused():
             table.append_records([m.data for m in kept],
-                                 on_error=lambda i, exc: self._reject(kept[i], exc))
+                                 on_error=lambda i, exc: self._reject(kept[i], exc),
+                                 columns=[m.headers.get(COLUMNS_HEADER) if m.headers else None
+                                          for m in kept])
 
     def _live_record(self, m: StoredMessage) -> None:
         """A live record, applied as it arrives.  A host record is lean-decoded and staged in
