@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import json
 import operator
 from collections.abc import Set as AbstractSet
 from typing import Any
@@ -530,6 +531,10 @@ def _columns_text(columns: dict[str, Any]) -> str | None:
 
 
 def _columns_bytes(data: bytes) -> str | None:
+    if not data.isascii():  # (rare) JSON's \u escapes: header values stay ASCII, which every
+        # NATS client reads alike (nats-py's email-based parsing makes others `Header` objects)
+        data = json.dumps(msgspec.json.decode(data), ensure_ascii=True,
+                          separators=(",", ":")).encode()
     return data.decode() if len(data) <= COLUMNS_MAX else None
 
 

@@ -36,6 +36,7 @@ def assert_records_match(state: ProjectionState) -> None:
         assert host_record(state, host) == encode(snapshot), host
         columns = host_columns(state, host)
         assert columns is not None
+        assert columns.isascii(), columns  # (non-ASCII as JSON escapes)
         assert msgspec.json.decode(columns) == msgspec.json.decode(
             encode(columns_of(host, snapshot.values))), host
     assert cluster_record(state) == encode(cluster_snapshot(state))
