@@ -80,18 +80,27 @@ _INVALID_SUBJECT = re.compile(r"[ \t\r\n]")
 """What nats-py refuses in a subject to publish to (its `_validate_subject`)."""
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 """The header names nats-py sends as they are (its `_HEADER_KEY_RE`)."""
-_UNSAFE_VALUE = re.compile(r"[\r\n]|^\s|\s$")
-"""Header values nats-py would change (it strips them and turns CR and LF into spaces)."""
+_NAMES: dict[str, bytes] = {}
+"""Header names seen to match `_HEADER_NAME`, encoded (a few distinct ones)."""
 
 
 def header_block(headers: Mapping[str, str]) -> bytes | None:
     """The header block nats-py sends for `headers`, or None when nats-py would reject or
-    rewrite one of them (then only nats-py's own `publish` may send it)."""
+    rewrite one of them (it refuses other names, strips values and turns CR and LF into
+    spaces): then only nats-py's own `publish` may send it."""
     parts = [b"NATS/1.0\r\n"]
     for name, value in headers.items():
-        if not _HEADER_NAME.fullmatch(name) or _UNSAFE_VALUE.search(value):
+        raw = _NAMES.get(name)
+        if raw is None:
+            if not _HEADER_NAME.fullmatch(name):
+                return None
+            raw = name.encode()
+            if len(_NAMES) < 64:
+                _NAMES[name] = raw
+        if ("\r" in value or "\n" in value
+                or (value and (value[0].isspace() or value[-1].isspace()))):
             return None
-        parts += (name.encode(), b": ", value.encode(), b"\r\n")
+        parts += (raw, b": ", value.encode(), b"\r\n")
     parts.append(b"\r\n")
     return b"".join(parts)
 
