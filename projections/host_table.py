@@ -813,21 +813,10 @@ class HostTable:
         fresh_codes = np.full(n, FRESH, dtype=np.int8)
         strings: list[tuple[Column, IntArray, list[str]]] = []
         for j, col in enumerate(map(self._columns.__getitem__, self._lean_codec()[2])):
-            raw: list[Any] = values[j::width]
-            idx, expires, codes = rows, by_col[j], fresh_codes
-            if codes_by_col is not None:
-                codes = codes_by_col[j]
-                present = codes != ABSENT
-                if not present.all():
-                    self._clear_cells(col, rows[~present])
-                    if not present.any():
-                        continue
-                    where = np.flatnonzero(present)
-                    raw = list(map(raw.__getitem__, where.tolist()))
-                    idx, expires, codes = rows[where], expires[where], codes[where]
-            fresh_strings = self._fill_arrays(col, idx, codes, expires, raw)
-            if fresh_strings is not None:
-                strings.append((col, *fresh_strings))
+            codes = fresh_codes if codes_by_col is None else codes_by_col[j]
+            self._fill_present(col, rows, codes, by_col[j], values[j::width],
+                               present=None if codes_by_col is None else codes != ABSENT,
+                               clear=True, strings=strings)
         if strings:
             self._fill_string_codes(strings)
         self._compact_pool()
@@ -1333,7 +1322,7 @@ class HostTable:
         for name, getter in zip(names, getters, strict=True):
             col = columns[name]
             values: list[Any] = list(map(getter, vs))
-            codes, expires, idx = fresh_codes, expiry, rows
+            codes, expires = fresh_codes, expiry
             extra = others.get(name)
             if extra is not None:
                 codes, expires = codes.copy(), expires.copy()
@@ -1341,21 +1330,31 @@ class HostTable:
                     values[i] = value
                     codes[i] = _LEAN_CODES[state]
                     expires[i] = ts
-            if countOf(values, _UNSET):
-                present = np.fromiter(map(operator.is_not, values, repeat(_UNSET)),
-                                      dtype=np.bool_, count=n)
-                if replace:
-                    self._clear_cells(col, rows[~present])
-                if not present.any():
-                    continue
-                where = np.flatnonzero(present)
-                values = list(map(values.__getitem__, where.tolist()))
-                codes, expires, idx = codes[where], expires[where], rows[where]
-            fresh_strings = self._fill_arrays(col, idx, codes, expires, values)
-            if fresh_strings is not None:
-                strings.append((col, *fresh_strings))
+            present = np.fromiter(map(operator.is_not, values, repeat(_UNSET)),
+                                  dtype=np.bool_, count=n) if countOf(values, _UNSET) else None
+            self._fill_present(col, rows, codes, expires, values, present=present,
+                               clear=replace, strings=strings)
         if strings:
             self._fill_string_codes(strings)
+
+    def _fill_present(self, col: Column, rows: IntArray, codes: npt.NDArray[np.int8],
+                      expires: FloatArray, raw: list[Any], *, present: BoolArray | None,
+                      clear: bool, strings: list[tuple[Column, IntArray, list[str]]]) -> None:
+        """`_fill_arrays` of the rows where `present` (None: all of them); the others are
+        cleared with `clear`, else left as they are.  A string column's fresh rows and their
+        texts go to `strings` (for `_fill_string_codes`)."""
+        idx = rows
+        if present is not None and not present.all():
+            if clear:
+                self._clear_cells(col, rows[~present])
+            if not present.any():
+                return
+            where = np.flatnonzero(present)
+            raw = list(map(raw.__getitem__, where.tolist()))
+            idx, expires, codes = rows[where], expires[where], codes[where]
+        fresh_strings = self._fill_arrays(col, idx, codes, expires, raw)
+        if fresh_strings is not None:
+            strings.append((col, *fresh_strings))
 
     @staticmethod
     def _clear_cells(col: Column, rows: IntArray) -> None:

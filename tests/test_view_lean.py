@@ -69,6 +69,22 @@ def _full_table(records: list[tuple[str, bytes]]) -> HostTable:
     return table
 
 
+def _assert_answers_of(view: SchedulerView, full: HostTable) -> list[str]:
+    """The view has `full`'s hosts, get(), select and explain, and rejected nothing; the
+    hosts."""
+    hosts = full.hosts()
+    assert view.table.hosts() == hosts
+    for host in hosts:
+        assert view.table.get(host) == full.get(host)
+    for text in EXPRS:
+        compiled = compile_select(text, CATALOG)
+        assert view.select(text) == compiled.select(full, NOW), text
+        for host in hosts[::7]:
+            assert view.explain(text, host) == explain(compiled, full, host, NOW)
+    assert view.rejected == 0
+    return hosts
+
+
 async def _wait_position(view: SchedulerView, seq: int) -> None:
     done = asyncio.Event()
     unsubscribe = view.subscribe(lambda _s: done.set() if view.position >= seq else None)
@@ -93,16 +109,7 @@ async def test_old_and_new_records_load_and_live(nc: Client) -> None:
         live = _records(10, 30, twins=True) + _records(30, 45, twins=False)
         await _wait_position(view, await _publish(nc, live))
         full = _full_table(loaded + live)
-        hosts = full.hosts()
-        assert view.table.hosts() == hosts
-        for host in hosts:
-            assert view.table.get(host) == full.get(host)
-        for text in EXPRS:
-            compiled = compile_select(text, CATALOG)
-            assert view.select(text) == compiled.select(full, NOW), text
-            for host in hosts[::7]:
-                assert view.explain(text, host) == explain(compiled, full, host, NOW)
-        assert view.rejected == 0
+        hosts = _assert_answers_of(view, full)
         await view.wait_packed(30)
         assert view.table.unpacked_count == 0
         assert view.packed >= len(hosts)
@@ -142,17 +149,7 @@ async def test_columns_headers_give_the_answers_of_the_records(
         await view.start()
         await view.wait_ready(10)
         assert fills == [60, 50]  # records 60-99 (broken or no headers) were read whole
-        full = _full_table(records)
-        hosts = full.hosts()
-        assert view.table.hosts() == hosts
-        for host in hosts:
-            assert view.table.get(host) == full.get(host)
-        for text in EXPRS:
-            compiled = compile_select(text, CATALOG)
-            assert view.select(text) == compiled.select(full, NOW), text
-            for host in hosts[::7]:
-                assert view.explain(text, host) == explain(compiled, full, host, NOW)
-        assert view.rejected == 0
+        _assert_answers_of(view, _full_table(records))
     finally:
         await view.stop()
 
