@@ -637,10 +637,7 @@ class HostTable:
     def _decode_columns(self, columns: Sequence[str | None]) -> list[Any]:
         """Each `COLUMNS_HEADER` value decoded (`columns_decoder`), None where there is none
         or it does not decode (that record is read whole)."""
-        decode = self._columns_codec
-        if decode is None:
-            names = self._lean_codec()[2]
-            decode = self._columns_codec = columns_decoder(names).decode
+        decode = self._columns_decode()
         try:
             return list(map(decode, columns))  # type: ignore[arg-type]
         except (msgspec.ValidationError, msgspec.DecodeError, TypeError):
@@ -755,6 +752,68 @@ class HostTable:
         """Insert or replace one host's snapshot."""
         self._replace(snapshot.host, snapshot.values, snapshot)
 
+    def upsert_record(self, data: bytes, columns: str | None = None) -> None:
+        """`upsert_row` of the record `data`, read from its `COLUMNS_HEADER` value `columns`
+        when it has one that decodes (`_upsert_columns`), else from itself (msgspec errors
+        if it does not decode)."""
+        if columns is not None:
+            try:
+                decoded = self._columns_decode()(columns)
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                pass
+            else:
+                self._upsert_columns(decoded, data)
+                return
+        self.upsert_row(self.decode_record(data), data)
+
+    def _columns_decode(self) -> Callable[[str], Any]:
+        decode = self._columns_codec
+        if decode is None:
+            decode = self._columns_codec = columns_decoder(self._lean_codec()[2]).decode
+        return decode
+
+    def _upsert_columns(self, decoded: Any, data: bytes) -> None:
+        """`upsert_row` of a record read from its decoded columns header: the same row,
+        record and staged cells.  A value in `v` is fresh (unknown when null) and
+        expires at `e`; one in `x` is as it says; the others are absent."""
+        row = self._place(decoded.host, data)
+        values = list(self._lean_codec()[1](decoded.v))  # (the same fields as a lean record's)
+        n = len(values)
+        staged = self._staged
+        staged.at[row] = len(staged.rows)
+        staged.rows.append(row)
+        if decoded.x is None and not countOf(values, _UNSET):  # a host's steady state
+            staged.states += repeat("fresh", n)
+            staged.expires.extend(repeat(decoded.e, n))
+            staged.values += values
+        else:
+            states = ["absent" if v is _UNSET else "fresh" for v in values]
+            expires = [math.inf if v is _UNSET else decoded.e for v in values]
+            if decoded.x:
+                index = self._column_index()
+                for name, (value, state, ts) in decoded.x.items():
+                    i = index.get(name)
+                    if i is not None:
+                        values[i], states[i], expires[i] = value, state, ts
+            staged.states += states
+            staged.expires.extend(expires)
+            staged.values += [None if v is _UNSET else v for v in values]
+        if len(staged.at) >= STAGE_LIMIT:
+            self.apply_staged()
+
+    def _column_index(self) -> dict[str, int]:
+        """Host resource name -> its place in the lean codec's order."""
+        return {name: i for i, name in enumerate(self._lean_codec()[2])}
+
+    def _place(self, host: str, data: bytes) -> int:
+        """The row of `host` (allocated if new), now keeping `data`."""
+        row = self._rows.get(host)
+        if row is None:
+            row = self._allocate(host)
+        self._snaps[row] = data
+        self._unpacked[row] = None
+        return row
+
     def upsert_row(self, lean: LeanRecord, data: bytes) -> None:
         """Insert or replace one host as a lean row: its `decode_record` and its bytes.
 
@@ -765,12 +824,7 @@ class HostTable:
         rows costs a fraction of writing each row's cells one by one, and no reader
         can tell the difference.
         """
-        host = lean.host
-        row = self._rows.get(host)
-        if row is None:
-            row = self._allocate(host)
-        self._snaps[row] = data
-        self._unpacked[row] = None
+        row = self._place(lean.host, data)
         entries = self._lean_codec()[1](lean.values)
         staged = self._staged
         staged.at[row] = len(staged.rows)  # a row depends only on its host's last record

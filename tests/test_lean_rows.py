@@ -260,31 +260,37 @@ def test_batches_equal_upserts_one_by_one(batches: list[list[HostSnapshot]], rem
     cells the new record lacks cleared), repeats within a batch, removals between batches,
     member columns already built; records with and without twins, with twins also with
     columns headers (on all, on some, some undecodable) — gives the table (and the member
-    columns) that `upsert_row` of every record in turn gives."""
+    columns) that `upsert_row` of every record in turn gives; so does `upsert_record` of
+    every record with its header (the view's live path)."""
     one_by_one = HostTable(CATALOG)
     batched = HostTable(CATALOG)
+    live = HostTable(CATALOG)
     if member:  # a member column built before any row, maintained by every write after
-        for table in (one_by_one, batched):
+        for table in (one_by_one, batched, live):
             col = table.column("tags")
             assert col is not None
             col.member(member)
     with mock.patch.object(host_table, "SMALL_BATCH", 1):
         for i, snaps in enumerate(batches):
             records = [_with_twins(encode(s)) if twins else encode(s) for s in snaps]
-            for r in records:
+            headers = [_columns(r, columns, k) if twins else None
+                       for k, r in enumerate(records)]
+            for r, header in zip(records, headers, strict=True):
                 _upsert(one_by_one, r)
-            batched.append_records(records, columns=[
-                _columns(r, columns, k) for k, r in enumerate(records)] if twins else None)
+                live.upsert_record(r, header)
+            batched.append_records(records, columns=headers if twins else None)
             if i == 0:
-                for table in (one_by_one, batched):
+                for table in (one_by_one, batched, live):
                     for host in removed:
                         table.remove(host)
-    _assert_same_table(batched, one_by_one, strict_pool=False, same_docs=False)
-    for name in ("tags", "ds"):
-        col, other = one_by_one.column(name), batched.column(name)
-        assert col is not None
-        assert other is not None
-        assert col.members.keys() == other.members.keys()
-        for m, bits in col.members.items():
-            assert np.array_equal(other.members[m], bits), (name, m)
-    _assert_same_answers(batched, one_by_one, sorted(one_by_one.hosts()))
+    for table in (batched, live):
+        _assert_same_table(table, one_by_one, strict_pool=False, same_docs=False)
+        for name in ("tags", "ds"):
+            col, other = one_by_one.column(name), table.column(name)
+            assert col is not None
+            assert other is not None
+            assert col.members.keys() == other.members.keys()
+            for m, bits in col.members.items():
+                assert np.array_equal(other.members[m], bits), (name, m)
+    for table in (batched, live):  # (after: the queries build member columns)
+        _assert_same_answers(table, one_by_one, sorted(one_by_one.hosts()))

@@ -124,8 +124,8 @@ async def test_old_and_new_records_load_and_live(nc: Client) -> None:
 async def test_columns_headers_give_the_answers_of_the_records(
         nc: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     """Records with their columns header (as the projector writes them), without one, and with
-    one that does not decode, in runs: the load reads the headers where it can and answers
-    as the records themselves do (get(), select, explain)."""
+    one that does not decode, in runs, at load and then live: the view reads the headers
+    where it can and answers as the records themselves do (get(), select, explain)."""
     await provision(nc)
     await nc.jetstream().publish(SNAPSHOT_CATALOG, encode(CATALOG))
     records = _records(0, 150, twins=True)
@@ -137,19 +137,28 @@ async def test_columns_headers_give_the_answers_of_the_records(
         fill(self, rows, *args)
 
     monkeypatch.setattr(HostTable, "_fill_columns", counted)
-    for k, (subject, data) in enumerate(records):
-        snap = DECODERS[HostSnapshot].decode(data)
-        columns = encode(columns_of(snap.host, snap.values)).decode()
-        if 60 <= k < 100:
-            columns = "" if k % 2 else '{"host": ["not", "a", "name"]}'
-        headers = {COLUMNS_HEADER: columns} if columns else None
-        await nc.jetstream().publish(subject, data, headers=headers)
+
+    async def publish(records: list[tuple[str, bytes]], broken: range) -> int:
+        seq = 0
+        for k, (subject, data) in enumerate(records):
+            snap = DECODERS[HostSnapshot].decode(data)
+            columns = encode(columns_of(snap.host, snap.values)).decode()
+            if k in broken:
+                columns = "" if k % 2 else '{"host": ["not", "a", "name"]}'
+            headers = {COLUMNS_HEADER: columns} if columns else None
+            seq = int((await nc.jetstream().publish(subject, data, headers=headers)).seq)
+        return seq
+
+    await publish(records, range(60, 100))
     view = SchedulerView(nc, idle_heartbeat=0.5, clock=lambda: NOW)
     try:
         await view.start()
         await view.wait_ready(10)
         assert fills == [60, 50]  # records 60-99 (broken or no headers) were read whole
         _assert_answers_of(view, _full_table(records))
+        live = _records(140, 170, twins=True)  # (20 new hosts: states other than before)
+        await _wait_position(view, await publish(live, range(5, 12)))
+        _assert_answers_of(view, _full_table(records + live))
     finally:
         await view.stop()
 

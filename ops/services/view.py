@@ -476,15 +476,17 @@ class SchedulerView:
                                           for m in kept])
 
     def _live_record(self, m: StoredMessage) -> None:
-        """A live record, applied as it arrives.  A host record is lean-decoded and staged in
-        the table (`HostTable.upsert_row`: its columns are written, together with every
-        other staged row, by the next query), so taking a record costs its decode."""
+        """A live record, applied as it arrives.  A host record is decoded — its columns
+        header, else the record lean — and staged in the table (`HostTable.upsert_record`:
+        its columns are written, together with every other staged row, by
+        the next query), so taking a record costs its decode."""
         subject = m.subject
         try:
             if subject.startswith(SNAPSHOT_HOST_PREFIX):
                 table = self.table
                 if m.data:
-                    table.upsert_row(table.decode_record(m.data), m.data)
+                    table.upsert_record(
+                        m.data, m.headers.get(COLUMNS_HEADER) if m.headers else None)
                 else:  # a purge or delete marker: the host is gone
                     table.remove(snapshot_host(subject))
             else:
