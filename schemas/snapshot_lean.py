@@ -25,8 +25,8 @@ columns in compact JSON, `{"e": E, "host": H, "v": {name: value}, "x":
 "fresh" (or "unknown", as null) and whose `expires_ts` is `e`, `x` every
 other value (stale ones; other expiries); `e` and `x` are left out when
 empty (`columns_of` is the rule).  It is derived from the record's own entries and says nothing the
-body does not; a cold start decodes ~900 bytes per host instead of ~6 kB
-(`columns_decoder`).  A record without it (another writer, an older
+body does not; the scheduler view decodes ~400 bytes per host instead of
+~6 kB (`columns_decoder`).  A record without it (another writer, an older
 projector, a host whose columns would exceed `COLUMNS_MAX`) is read from
 its body, as always.
 """
