@@ -484,6 +484,8 @@ class HostTable:
         self._getters: list[Callable[[Any], LeanEntry]] | None = None
         self._columns_codec: Callable[[str], Any] | None = None
         """The decode of `COLUMNS_HEADER` values for the catalog's host resources."""
+        self._column_at: dict[str, int] | None = None
+        """Host resource name -> its place in the lean codec's order (`_upsert_columns`)."""
         self._unpacked: dict[int, None] = {}
         self._staged = _Staged()
         """Lean rows whose record may be kept uncompressed (an ordered set; see `unpacked`)."""
@@ -516,6 +518,7 @@ class HostTable:
         self._lean = None
         self._getters = None
         self._columns_codec = None
+        self._column_at = None
         self._build_columns()
 
     def _lean_codec(self) -> _LeanCodec:
@@ -586,7 +589,7 @@ class HostTable:
 
         `columns`: each record's `COLUMNS_HEADER` value, or None where it has
         none (schemas.snapshot_lean).  A run of records that have one is read
-        from them (`_fill_columns`: a seventh of the bytes to scan), and gives
+        from them (`_fill_columns`: ~400 bytes to scan instead of ~6 kB), and gives
         the same table; the rest, and a run whose headers do not all decode,
         from the records themselves.
         """
@@ -790,7 +793,10 @@ class HostTable:
             states = ["absent" if v is _UNSET else "fresh" for v in values]
             expires = [math.inf if v is _UNSET else decoded.e for v in values]
             if decoded.x:
-                index = self._column_index()
+                index = self._column_at
+                if index is None:
+                    index = self._column_at = {
+                        name: i for i, name in enumerate(self._lean_codec()[2])}
                 for name, (value, state, ts) in decoded.x.items():
                     i = index.get(name)
                     if i is not None:
@@ -800,10 +806,6 @@ class HostTable:
             staged.values += [None if v is _UNSET else v for v in values]
         if len(staged.at) >= STAGE_LIMIT:
             self.apply_staged()
-
-    def _column_index(self) -> dict[str, int]:
-        """Host resource name -> its place in the lean codec's order."""
-        return {name: i for i, name in enumerate(self._lean_codec()[2])}
 
     def _place(self, host: str, data: bytes) -> int:
         """The row of `host` (allocated if new), now keeping `data`."""

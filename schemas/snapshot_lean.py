@@ -24,11 +24,12 @@ columns in compact JSON, `{"e": E, "host": H, "v": {name: value}, "x":
 {name: [value, state, expires_ts]}}`: `v` has the values whose state is
 "fresh" (or "unknown", as null) and whose `expires_ts` is `e`, `x` every
 other value (stale ones; other expiries); `e` and `x` are left out when
-empty (`columns_of` is the rule).  It is derived from the record's own entries and says nothing the
-body does not; the scheduler view decodes ~400 bytes per host instead of
-~6 kB (`columns_decoder`).  A record without it (another writer, an older
-projector, a host whose columns would exceed `COLUMNS_MAX`) is read from
-its body, as always.
+empty (`columns_of` is the rule).  It is derived from the record's own
+entries and says nothing the body does not; the scheduler view decodes
+~400 bytes per host instead of ~6 kB (`columns_decoder`).  A record
+without it (another writer, an older projector, a host whose columns would
+exceed `COLUMNS_MAX`) or with one that does not decode is read from its
+body, as always.
 """
 
 from __future__ import annotations

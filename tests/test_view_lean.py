@@ -157,7 +157,16 @@ async def test_columns_headers_give_the_answers_of_the_records(
         assert fills == [60, 50]  # records 60-99 (broken or no headers) were read whole
         _assert_answers_of(view, _full_table(records))
         live = _records(140, 170, twins=True)  # (20 new hosts: states other than before)
+        from_headers: list[str] = []
+        upsert = HostTable._upsert_columns
+
+        def spied(self: HostTable, decoded: Any, data: bytes) -> None:
+            from_headers.append(decoded.host)
+            upsert(self, decoded, data)
+
+        monkeypatch.setattr(HostTable, "_upsert_columns", spied)
         await _wait_position(view, await publish(live, range(5, 12)))
+        assert len(from_headers) == len(live) - 7  # the rest were read whole
         _assert_answers_of(view, _full_table(records + live))
     finally:
         await view.stop()
