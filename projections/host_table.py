@@ -1327,7 +1327,7 @@ class HostTable:
         for name, getter in zip(names, getters, strict=True):
             col = columns[name]
             entries: list[LeanEntry] = list(map(getter, values))
-            idx = rows
+            present: BoolArray | None = None
             if countOf(map(_STATE, entries), "fresh") == n:  # (no list of states)
                 if fresh_codes is None:
                     fresh_codes = np.full(n, FRESH, dtype=np.int8)
@@ -1336,22 +1336,11 @@ class HostTable:
                 codes = np.fromiter(map(_LEAN_CODES.__getitem__, map(_STATE, entries)),
                                     dtype=np.int8, count=n)
                 present = codes != ABSENT
-                if not present.all():
-                    if replace:
-                        self._clear_cells(col, rows[~present])
-                    if not present.any():
-                        continue
-                    where = np.flatnonzero(present)
-                    entries = list(map(entries.__getitem__, where.tolist()))
-                    codes = codes[present]
-                    idx = rows[where]
-            if twins:
-                expires = np.fromiter(map(_TWIN, entries), dtype=np.float64, count=len(idx))
-            else:
-                expires = _entry_expiries(entries)
-            fresh_strings = self._fill_arrays(col, idx, codes, expires, list(map(_VALUE, entries)))
-            if fresh_strings is not None:
-                strings.append((col, *fresh_strings))
+            # (an absent entry's expiry is ABSENT's +inf: read, then left out with it)
+            expires = (np.fromiter(map(_TWIN, entries), dtype=np.float64, count=n) if twins
+                       else _entry_expiries(entries))
+            self._fill_present(col, rows, codes, expires, list(map(_VALUE, entries)),
+                               present=present, clear=replace, strings=strings)
         if strings:
             self._fill_string_codes(strings)
 
