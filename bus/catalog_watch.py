@@ -9,12 +9,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from nats.aio.client import Client
 
-from bus.errors import nats_errors
 from bus.ordered import OrderedReader, StoredMessage
 from bus.retry import FOLLOW
 from schemas.catalog import Catalog
 from schemas.codec import decode
-from schemas.errors import NotFoundOnServerError, PayloadError
+from schemas.errors import NotFoundOnServerError, PayloadError, UnknownReporterError
 from schemas.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM
 
 log = logging.getLogger("crr.bus.catalog")
@@ -23,14 +22,43 @@ _FIRST_LOAD = 5.0
 """How long the initial read may take before "waiting for the catalog" is logged anyway."""
 
 
-async def fetch_catalog(nc: Client) -> Catalog | None:
-    """The active catalog (one read of CRR_SNAPSHOT), or None when none is active yet."""
+async def fetch_catalog(nc: Client, timeout: float = 10.0) -> Catalog | None:
+    """The active catalog (one read of CRR_SNAPSHOT), or None when none is active yet.
+
+    Read with an ordered consumer on the catalog subject, which every crr identity
+    may create (`ops.nats_auth.FOLLOW_CATALOG`), not with a direct get, which host and
+    reporter credentials may not do.
+    """
+    found: list[bytes] = []
+    reader = OrderedReader(nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_CATALOG,
+                           handler=lambda m: found.append(m.data))
     try:
-        with nats_errors():
-            msg = await nc.jetstream().get_last_msg(SNAPSHOT_STREAM, SNAPSHOT_CATALOG)
+        await reader.start()
     except NotFoundOnServerError:
         return None
-    return decode(msg.data, Catalog) if msg.data else None
+    try:
+        await reader.wait_ready(timeout)
+    finally:
+        await reader.stop()
+    return decode(found[-1], Catalog) if found and found[-1] else None
+
+
+async def check_declared(nc: Client, reporter: str) -> Catalog | None:
+    """The active catalog, once it is known to declare `reporter`.
+
+    UnknownReporterError (saying nothing was published) when it does not: every
+    value of such a report would be rejected, and it would leave a `rejecting` row.
+    None when no catalog is active yet: nothing can be checked, and the projector
+    holds reports until one is.
+    """
+    catalog = await fetch_catalog(nc)
+    if catalog is not None:
+        try:
+            catalog.reporter_spec(reporter, where="active catalog")
+        except UnknownReporterError as exc:
+            raise UnknownReporterError(f"{exc.message}; nothing published",
+                                       where=exc.where) from None
+    return catalog
 
 
 async def watch_catalog(nc: Client) -> AsyncIterator[Catalog]:

@@ -17,25 +17,34 @@ and handed to the listeners registered with `add_error_listener`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import os
 import random
 import ssl
+import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeAlias
 
 import nats
 import nats.errors
 from nats.aio.client import Client
 
-from bus import nats_headers
+from bus import natspy
 from bus.errors import BUS_FAILURES, NATS_FAILURES, as_crr_error, describe
+from bus.natspy import headers as nats_headers
 from bus.retry import CONNECT, RECONNECT
-from schemas.errors import AuthError, NotConnectedError
+from schemas.distribution import install_hint
+from schemas.errors import AuthError, BusTimeoutError, NotConnectedError, NotNatsServerError
 
 log = logging.getLogger("crr.bus")
+
+Connection: TypeAlias = Client
+"""An open connection to NATS, as services hold it: opened by `open_connection` or
+`connect` (the composition root) and handed to `bus` functions and readers; code outside
+`bus/` names this type, never nats-py's."""
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 
@@ -83,6 +92,20 @@ async def switch_server(nc: Client, why: str) -> bool:
         return False
     await force()
     return True
+
+
+def server_major_minor(nc: Connection) -> tuple[int, int] | None:
+    """(major, minor) of the connected server's version; None when it does not parse."""
+    server = nc.connected_server_version
+    try:
+        return server.major, server.minor
+    except ValueError:
+        return None
+
+
+def max_payload(nc: Connection) -> int:
+    """The largest message (headers and data) the connected server accepts, in bytes."""
+    return nc.max_payload
 
 
 def _redact(url: str) -> str:
@@ -218,7 +241,7 @@ def _need_nkeys(path: str) -> None:
         importlib.import_module("nkeys")
     except ImportError:
         raise AuthError(f"credentials file {path} holds an nkey: nkeys is not installed "
-                        "(the auth extra): pip install 'crr[auth]'") from None
+                        f"(the auth extra): {install_hint('auth')}") from None
 
 
 async def _on_disconnect() -> None:
@@ -326,6 +349,7 @@ async def open_connection(
                     raise NotConnectedError(
                         f"NATS at {shown}: the server's TLS certificate is not trusted "
                         f"({cause.verify_message}); pass its CA with --tls-ca") from None
+                await _not_nats(servers, connect_timeout)
                 raise NotConnectedError(
                     f"cannot reach NATS at {shown}: {_why(exc, cause)}") from None
             nc.options["max_reconnect_attempts"] = -1
@@ -338,6 +362,31 @@ async def open_connection(
             nc.options[_RECONNECT_LISTENERS] = reconnect_listeners
             return nc
     raise NotConnectedError(f"cannot reach NATS at {shown}")  # pragma: no cover
+
+
+async def _not_nats(servers: list[str], timeout: float) -> None:
+    """After a failed attempt: NotNatsServerError if an address answers, but not with the
+    `INFO` line every NATS server sends first (an HTTP server, a database…), said with what
+    it sent; an address that refuses or does not answer is left to the retries."""
+    for server in servers:
+        u = urllib.parse.urlsplit(server if "://" in server else f"nats://{server}")
+        if u.scheme not in ("nats", "tls") or not u.hostname:
+            continue
+        try:
+            async with asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_connection(u.hostname, u.port or 4222)
+                try:
+                    first = await reader.read(256)
+                finally:
+                    writer.close()
+        except (OSError, TimeoutError):
+            continue
+        if first.startswith(b"INFO"):
+            continue
+        line = first.split(b"\n", 1)[0].strip().decode("utf-8", "replace")[:60]
+        got = f"got {line!r}" if first else "it closed the connection without a word"
+        raise NotNatsServerError(f"{_redact(server)} is not a NATS server ({got}); check "
+                                 "--server / NATS_URL")
 
 
 def _why(exc: BaseException, cause: BaseException) -> str:
@@ -400,8 +449,8 @@ def _credentials_missing(nc: Client, options: dict[str, Any]) -> bool:
     connection; under load the close can reach the client as a reset before that line is
     read (seen: five attempts in a row), so the failure would look like an unreachable
     server.  The INFO, read before CONNECT, tells which it is."""
-    info = getattr(nc, "_server_info", None)
-    if not isinstance(info, dict) or not info.get("auth_required"):
+    info = natspy.server_info(nc)
+    if info is None or not info.get("auth_required"):
         return False
     given = ("user_credentials", "nkeys_seed", "nkeys_seed_str", "user", "password", "token")
     if any(options.get(k) for k in given):
@@ -428,7 +477,10 @@ async def connect(
         # reason came separately, to error_cb.  A one-shot command says it.
         said: list[Exception] = nc.options.get(_SEEN) or []
         if attempts is not None and said and "permissions violation" in str(said[0]).lower():
-            raise AuthError(f"{describe(exc)}: the server refused it ({describe(said[0])})"
+            # (Named as nats-py said it: a bus call has mapped its timeout already.)
+            bare = exc.__cause__ if (isinstance(exc, BusTimeoutError)
+                                     and isinstance(exc.__cause__, TimeoutError)) else exc
+            raise AuthError(f"{describe(bare)}: the server refused it ({describe(said[0])})"
                             ) from exc
         mapped = as_crr_error(exc)
         if mapped is exc:
@@ -439,6 +491,13 @@ async def connect(
             try:
                 await nc.drain()
             except BUS_FAILURES:
-                await nc.close()
+                await _close(nc)
         else:
-            await nc.close()
+            await _close(nc)
+
+
+async def _close(nc: Client) -> None:
+    """Close `nc`; a transport the server already dropped (a reset while nats-py flushes
+    what it still buffers) is closed all the same, not an error of the command."""
+    with contextlib.suppress(*BUS_FAILURES):
+        await nc.close()

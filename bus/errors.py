@@ -67,8 +67,10 @@ _BY_ERR_CODE: dict[int, type[JetStreamError]] = {
     DUPLICATE_IN_PROCESS: DuplicateInProcessError,
 }
 
-NATS_FAILURES: tuple[type[BaseException], ...] = (nats.errors.Error, TimeoutError)
-"""What nats-py raises from a call on an open connection."""
+NATS_FAILURES: tuple[type[BaseException], ...] = (nats.errors.Error, TimeoutError,
+                                                   ConnectionError)
+"""What nats-py raises from a call on an open connection (a `ConnectionResetError`
+"Connection lost" escapes its write path when the server goes away mid-call)."""
 BUS_FAILURES: tuple[type[BaseException], ...] = (*NATS_FAILURES, OSError)
 """... and from a connect (CancelledError is not among them)."""
 

@@ -44,12 +44,11 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from nats.aio.client import Client
-from nats.js.api import DeliverPolicy
 
+from bus.cancel import cancel_and_wait
 from bus.connection import add_reconnect_listener
-from bus.errors import nats_errors
 from bus.leader_floor import LeaderFloor, leader_last_seq
-from bus.ordered import OrderedReader, StoredMessage
+from bus.ordered import Delivery, OrderedReader, StoredMessage
 from bus.stream_check import Generations, lost
 from schemas.errors import CrrError, CrrTimeoutError
 
@@ -161,10 +160,7 @@ class Follower(Generic[L]):
             self._remove_reconnect()
             self._remove_reconnect = None
         for task in (self._check, self._floor_check):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(task)
         self._check = self._floor_check = None
         self._generations.retire()
         if self._reader is not None:
@@ -204,7 +200,7 @@ class Follower(Generic[L]):
         self._loading = True
         reader = self._reader = OrderedReader(
             self._nc, stream=self._stream, subject=self._subject, handler=handler,
-            deliver=DeliverPolicy.LAST_PER_SUBJECT, idle_heartbeat=self._idle_heartbeat,
+            deliver=Delivery.LAST_PER_SUBJECT, idle_heartbeat=self._idle_heartbeat,
             backpressure=self._direct, direct=self._direct,
         )
         await reader.start()
@@ -282,13 +278,12 @@ async def load_compacted(nc: Client, *, stream: str, subject: str,
         if floor.reached(m.seq):
             reached.set()
 
-    # Records handled as they are read (`bus.ordered_direct`: no Msg, queue and task hop
+    # Records handled as they are read (`bus.natspy.ordered_consumer`: no Msg, queue and task hop
     # per record; flow control answered by records handled): a one-shot load is mostly
     # receiving, and a projector's restart is mostly this load.
     reader = OrderedReader(nc, stream=stream, subject=subject, handler=keep,
                            backpressure=True, direct=True)
-    with nats_errors(where=stream):
-        await reader.start()
+    await reader.start()
     try:
         await reader.wait_ready(timeout)
         if not floor.reached(reader.last_seq):

@@ -14,7 +14,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from enum import StrEnum
 
 import msgspec
 import nats.errors
@@ -25,7 +25,9 @@ from nats.aio.subscription import Subscription
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from bus import tracing
-from bus.ordered_direct import Direct
+from bus.errors import nats_errors
+from bus.natspy.flow_control import HeldFlowControl
+from bus.natspy.ordered_consumer import Direct
 from schemas.errors import CrrTimeoutError
 
 log = logging.getLogger("crr.bus.ordered")
@@ -65,6 +67,18 @@ def parse_ack_reply(reply: str) -> tuple[int, float, int]:
 Handler = Callable[[StoredMessage], Awaitable[None] | None]
 
 
+class Delivery(StrEnum):
+    """Where an `OrderedReader` starts, unless it is given `start_seq` or `start_time`
+    (the values are JetStream's deliver policies)."""
+
+    LAST_PER_SUBJECT = "last_per_subject"
+    """The newest stored message of each subject, then every new one."""
+    ALL = "all"
+    """Every stored message, from the first, then every new one."""
+    NEW = "new"
+    """Only messages stored from now on."""
+
+
 class OrderedReader:
     """One ordered push consumer on `stream`, filtered by `subject`.
 
@@ -82,7 +96,7 @@ class OrderedReader:
         stream: str,
         subject: str,
         handler: Handler,
-        deliver: DeliverPolicy = DeliverPolicy.LAST_PER_SUBJECT,
+        deliver: Delivery | DeliverPolicy = Delivery.LAST_PER_SUBJECT,
         start_seq: int | None = None,
         idle_heartbeat: float = 2.0,
         start_time: float | None = None,
@@ -90,17 +104,18 @@ class OrderedReader:
         backpressure: bool = False,
         direct: bool = False,
     ) -> None:
-        """`backpressure`: answer the server's flow control only for *handled* messages
-        (see `_hold_flow_control`), so while an (async) handler waits the backlog stays
-        in the stream instead of piling up in this process.  `direct` (with
+        """`deliver`: a `Delivery` (nats-py's own `DeliverPolicy` is accepted too: tests and
+        benchmarks name it).  `backpressure`: answer the server's flow control only for
+        *handled* messages (`bus.natspy.flow_control`), so while an (async) handler waits
+        the backlog stays in the stream instead of piling up in this process.  `direct` (with
         `backpressure`): data messages are handled as they are read, without nats-py's
-        Msg, queue and task hop (`bus.ordered_direct`)."""
+        Msg, queue and task hop (`bus.natspy.ordered_consumer`)."""
         self._nc = nc
         self._want_direct = direct and backpressure
         self._direct: Direct | None = None
         self._backpressure = backpressure
         self._handled = 0
-        self._jsi: Any = None
+        self._held: HeldFlowControl | None = None
         self._filter_subjects = filter_subjects
         """Several filters instead of `subject` (one consumer keeps their stream order)."""
         self._idle_heartbeat = idle_heartbeat
@@ -116,9 +131,14 @@ class OrderedReader:
         self.received = 0
 
     async def start(self) -> None:
-        """Create the consumer and start delivering; returns before the load completes."""
+        """Create the consumer and start delivering; returns before the load completes.
+        A nats error comes out as crr's (`bus.errors`), its text prefixed by the stream."""
+        with nats_errors(where=self._stream):
+            await self._start()
+
+    async def _start(self) -> None:
         js = self._nc.jetstream()
-        config = ConsumerConfig(deliver_policy=self._deliver)
+        config = ConsumerConfig(deliver_policy=DeliverPolicy(self._deliver))
         if self._start_seq is not None:
             config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
                                     opt_start_seq=self._start_seq)
@@ -139,11 +159,15 @@ class OrderedReader:
             if not self._direct.active:
                 self._direct = None
         if self._backpressure and self._direct is None:
-            self._hold_flow_control()
+            # Flow control by messages handled, on nats-py's own path (see the module).
+            self._held = HeldFlowControl(self._nc, self._sub, lambda: self._handled)
         info = await self._sub.consumer_info()
-        # Nothing delivered yet (a start sequence counts as delivered up to just before it).
-        delivered = (info.delivered.stream_seq or 0) if info.delivered else 0
-        if info.num_pending == 0 and delivered < (self._start_seq or 1):
+        # Nothing delivered to this consumer, and nothing to deliver: the filtered stream
+        # is empty.  (The consumer's *stream* sequence is no test of that: for a filter
+        # no message matches, DeliverLastPerSubject starts it at the stream's last
+        # sequence, so a reader of a subject never written waited for ever.)
+        delivered = (info.delivered.consumer_seq or 0) if info.delivered else 0
+        if info.num_pending == 0 and delivered == 0:
             self.ready.set()
 
     async def _on_msg(self, msg: Msg) -> None:
@@ -174,7 +198,7 @@ class OrderedReader:
     def _on_direct(  # noqa: PLR0917 - a message's fields, once per message: no extra object
             self, seq: int, ts: float, subject: str, data: bytes,
             hdrs: dict[str, str] | None, pending: int) -> Awaitable[None] | None:
-        """`_on_msg` for a message taken as read (`bus.ordered_direct`): synchronous; an
+        """`_on_msg` for a message taken as read (`bus.natspy.ordered_consumer`): synchronous; an
         awaitable when the handler must be waited for."""
         self.received += 1
         self.last_seq = seq
@@ -195,24 +219,6 @@ class OrderedReader:
         await out
         self.ready.set()
 
-    def _hold_flow_control(self) -> None:
-        """Make nats-py answer flow control by messages handled, not merely received.
-
-        With a callback, nats-py answers a push consumer's flow-control request
-        as soon as the messages before it are *received* (queued), so the
-        server never slows down: a handler that waits makes the backlog pile up
-        in the subscription's queue (and overflowing its limits loses messages
-        silently).  Counting handled messages makes the server wait instead.
-        This reaches into nats-py's JetStream internals (checked for here;
-        when they are not as expected nothing changes).
-        """
-        jsi = getattr(getattr(self._sub, "_sub", None), "_jsi", None)
-        if jsi is None or not all(hasattr(jsi, a) for a in ("get_js_delivered", "_fcr", "_fcd")):
-            log.warning("unexpected nats-py internals: no flow-control backpressure")
-            return
-        jsi.get_js_delivered = lambda: self._handled
-        self._jsi = jsi
-
     async def _on_msg_held(self, msg: Msg) -> None:
         """`_on_msg`, then answer a flow-control request the handled messages now cover."""
         d = self._direct
@@ -227,20 +233,16 @@ class OrderedReader:
             await self._on_msg(msg)
         finally:
             self._handled += 1
-            jsi = self._jsi
-            if jsi is not None and jsi._fcr and self._handled >= jsi._fcd:
-                reply, jsi._fcr = jsi._fcr, None
-                await self._nc.publish(reply)
+            if self._held is not None:
+                await self._held.handled(self._handled)
 
     @property
     def waiting(self) -> int:
         """Messages received and not handled yet: the direct path's backlog (bounded by
-        the server's flow-control window, `bus.ordered_direct`), else nats-py's queue."""
+        the server's flow-control window, `bus.natspy.ordered_consumer`), else nats-py's queue."""
         if self._direct is not None:
             return len(self._direct.backlog)
-        sub: Any = getattr(self._sub, "_sub", None)
-        queue = getattr(sub, "_pending_queue", None)
-        return queue.qsize() if queue is not None else 0
+        return self._sub.pending_msgs if self._sub is not None else 0
 
     async def drained(self) -> None:
         """Wait until the messages waiting in the direct path's backlog are handled (a

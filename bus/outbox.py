@@ -44,6 +44,7 @@ from typing import Literal
 from nats.aio.client import Client
 
 from bus import tracing
+from bus.cancel import cancel_and_wait
 from bus.connection import add_error_listener, switch_server
 from bus.errors import NATS_FAILURES, as_crr_error
 from bus.retry import PUBLISH
@@ -60,6 +61,8 @@ log = logging.getLogger("crr.bus.outbox")
 
 Keep = Literal["latest", "all"]
 ErrorHandler = Callable[[str, Exception], None]
+AckHandler = Callable[[str, bytes, int], None]
+"""Told of every acknowledged publish: subject, payload and its stream sequence."""
 
 # nats-py lower-cases -ERR texts, subject included: match subjects case-insensitively.
 _REFUSED = re.compile(r'permissions violation for publish to "([^"]+)"', re.IGNORECASE)
@@ -130,6 +133,9 @@ class Outbox:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self.on_error = on_error
+        self.on_ack: AckHandler | None = None
+        """Set to be told of each acknowledged publish (`crr external run`'s cycle lines);
+        it runs in the sender and must be quick."""
         self.stats = OutboxStats()
         self._inflight: dict[str, asyncio.Task[object]] = {}
         self._refused: dict[str, Exception] = {}
@@ -202,14 +208,16 @@ class Outbox:
             ) from None
 
     async def close(self, flush_timeout: float = 5.0) -> None:
-        """Try to flush, then stop the sender; what could not be sent is logged."""
-        with contextlib.suppress(CrrTimeoutError):
-            await self.flush(flush_timeout)
-        self._closing = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        """Try to flush, then stop the sender; what could not be sent is logged.
+
+        Cancelled while flushing (a service stopped while NATS is away), the
+        sender is stopped all the same: no task outlives the outbox."""
+        try:
+            with contextlib.suppress(CrrTimeoutError):
+                await self.flush(flush_timeout)
+        finally:
+            self._closing = True
+            await cancel_and_wait(self._task)
             self._task = None
         if self._remove_listener is not None:
             self._remove_listener()
@@ -255,6 +263,8 @@ class Outbox:
             ack = await self._js.publish(it.subject, it.payload, headers=it.headers,
                                          timeout=self._ack_timeout)
             tracing.end_publish(it.span, seq=ack.seq)
+            if self.on_ack is not None:
+                self.on_ack(it.subject, it.payload, int(ack.seq))
         except asyncio.CancelledError:
             refused = self._refused.pop(key, None)
             if refused is None:

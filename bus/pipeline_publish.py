@@ -23,7 +23,7 @@ Order: messages on one subject are sent in `publish()` order; a re-send
 after a timeout may land after a newer message on the same subject, as with
 any at-least-once publisher (crr's fold orders reports by `seq`).
 
-Each message is framed here (`Framer`), not by nats-py's `Client.publish`,
+Each message is framed by `bus.natspy.framing.Framer`, not by nats-py's `Client.publish`,
 whose per-message work (an f-string, a regular expression per header name,
 a `str.translate` of every header value, two copies of the payload) costs
 more than the rest of a send: ~3.5 µs of a ~16 µs publish of a 6 kB
@@ -40,20 +40,27 @@ import asyncio
 import contextlib
 import logging
 import math
-import re
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
+import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from bus import direct
-from schemas.errors import CrrTimeoutError
+from bus.cancel import cancel_and_wait
+from bus.natspy import parser as direct
+from bus.natspy.framing import Framer
+from schemas.errors import CrrTimeoutError, NoRespondersError
+
+PONG_WAIT = 2.0
+"""Seconds `flush` waits for the server's PONG (its messages reached the server) before
+it waits on the acknowledgements alone.  A PING sent just before a reconnect is never
+answered: nats-py's `flush` then waited out the whole timeout (a projector wrote nothing
+for 60 s after its server's `kill -9`), while the acks of the re-sent messages came."""
 
 log = logging.getLogger("crr.bus.pipeline")
 
@@ -74,77 +81,6 @@ class _Ack(msgspec.Struct):
 
 
 _decode_ack = msgspec.json.Decoder(_Ack).decode
-
-
-_INVALID_SUBJECT = re.compile(r"[ \t\r\n]")
-"""What nats-py refuses in a subject to publish to (its `_validate_subject`)."""
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-"""The header names nats-py sends as they are (its `_HEADER_KEY_RE`)."""
-_NAMES: dict[str, bytes] = {}
-"""Header names seen to match `_HEADER_NAME`, encoded (a few distinct ones)."""
-
-
-def header_block(headers: Mapping[str, str]) -> bytes | None:
-    """The header block nats-py sends for `headers`, or None when nats-py would reject or
-    rewrite one of them (it refuses other names, strips values and turns CR and LF into
-    spaces): then only nats-py's own `publish` may send it."""
-    parts = [b"NATS/1.0\r\n"]
-    for name, value in headers.items():
-        raw = _NAMES.get(name)
-        if raw is None:
-            if not _HEADER_NAME.fullmatch(name):
-                return None
-            raw = name.encode()
-            if len(_NAMES) < 64:
-                _NAMES[name] = raw
-        if ("\r" in value or "\n" in value
-                or (value and (value[0].isspace() or value[-1].isspace()))):
-            return None
-        parts += (raw, b": ", value.encode(), b"\r\n")
-    parts.append(b"\r\n")
-    return b"".join(parts)
-
-
-class Framer:
-    """`Client.publish(subject, payload, reply=reply, headers=headers)` on the connection,
-    with the protocol frame built here (see the module doc)."""
-
-    def __init__(self, nc: Client) -> None:
-        self._nc = nc
-        self._fast = all(hasattr(nc, name) for name in (
-            "_send_command", "_flush_pending", "_flush_queue", "_max_payload", "stats",
-            "is_connected", "is_draining_pubs"))
-        """Whether this nats-py has the parts `send` uses (else every message goes through
-        `Client.publish`)."""
-
-    async def send(self, subject: str, payload: bytes, reply: str,
-                   headers: dict[str, str] | None) -> None:
-        """Publish one message (the errors are `Client.publish`'s)."""
-        nc: Any = self._nc
-        if (not self._fast or not nc.is_connected or nc.is_draining_pubs or not subject
-                or _INVALID_SUBJECT.search(subject) or _INVALID_SUBJECT.search(reply)):
-            await nc.publish(subject, payload, reply=reply, headers=headers)
-            return
-        if headers is not None:
-            block = header_block(headers)
-            if block is None or len(payload) > nc._max_payload:
-                await nc.publish(subject, payload, reply=reply, headers=headers)
-                return
-            frame = b"HPUB %s %s %d %d\r\n%s%s\r\n" % (
-                subject.encode(), reply.encode(), len(block), len(block) + len(payload),
-                block, payload)
-        else:
-            if len(payload) > nc._max_payload:
-                await nc.publish(subject, payload, reply=reply, headers=headers)
-                return
-            frame = b"PUB %s %s %d\r\n%s\r\n" % (subject.encode(), reply.encode(),
-                                                    len(payload), payload)
-        stats = nc.stats
-        stats["out_msgs"] += 1
-        stats["out_bytes"] += len(payload)
-        await nc._send_command(frame)
-        if nc._flush_queue is not None and nc._flush_queue.empty():
-            await nc._flush_pending()
 
 
 @dataclass(slots=True)
@@ -168,6 +104,8 @@ class PipelineStats:
     failed: int = 0
     last_seq: int = 0
     """Highest stream sequence seen in an ack."""
+    no_responders: int = 0
+    """503 "no responders" answers (no stream captured the subject)."""
     last_error: str | None = None
 
 
@@ -186,6 +124,8 @@ class PipelinePublisher:
         self._nc = nc
         self._send = Framer(nc).send
         self._max = max_in_flight
+        self._unanswered = asyncio.Event()
+        """Set by a 503 "no responders" answer (see `flush`)."""
         self._ack_timeout = ack_timeout
         self._max_attempts = max_attempts
         self.on_error = on_error
@@ -234,11 +174,20 @@ class PipelinePublisher:
         self.stats.sent += 1
         await self._send(subject, payload, self._prefix + token, headers)
 
-    async def flush(self, timeout: float = 30.0) -> None:
-        """Wait until every message published so far is acknowledged or given up."""
-        await self._nc.flush(max(1, math.ceil(timeout)))
+    async def flush(self, timeout: float = 30.0, *, fail_unanswered: bool = False) -> None:
+        """Wait until every message published so far is acknowledged or given up.
+
+        `fail_unanswered`: a 503 "no responders" (no stream captures the subject: it
+        was deleted) ends the wait at once with NoRespondersError, and gives up what is
+        in flight (no stream stored it; a re-send after the stream is back could land
+        after a newer write) — for a writer that knows what to do then."""
+        with contextlib.suppress(nats.errors.FlushTimeoutError):  # see PONG_WAIT
+            await self._nc.flush(max(1, math.ceil(min(timeout, PONG_WAIT))))
         try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
+            if fail_unanswered:
+                await self._idle_unless_refused(timeout)
+            else:
+                await asyncio.wait_for(self._idle.wait(), timeout)
         except TimeoutError:
             raise CrrTimeoutError(
                 f"pipeline: {len(self._inflight)} publish(es) still unacknowledged after "
@@ -246,16 +195,53 @@ class PipelinePublisher:
                                    if self.stats.last_error else "")
             ) from None
 
+    async def _idle_unless_refused(self, timeout: float) -> None:
+        """`flush(fail_unanswered=True)`'s wait: idle (TimeoutError if not in time), or
+        NoRespondersError at the first 503 since the last such wait (of this batch's
+        messages: the earlier ones were all settled), giving up what is in flight."""
+        idle = asyncio.ensure_future(self._idle.wait())
+        refused = asyncio.ensure_future(self._unanswered.wait())
+        try:
+            await asyncio.wait([idle, refused], timeout=timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            idle.cancel()
+            refused.cancel()
+        refused_now = self._unanswered.is_set()
+        self._unanswered.clear()
+        if refused_now and self._inflight:
+            given_up = len(self._inflight)
+            self.stats.failed += given_up
+            self._inflight.clear()
+            self._settled()
+            raise NoRespondersError(
+                f"pipeline: no stream captures the subject (503 no responders); {given_up} "
+                "publish(es) given up")
+        if not self._idle.is_set():
+            raise TimeoutError
+
+    async def abandon(self) -> int:
+        """Stop at once, giving up what is in flight (no re-send of it will follow); the
+        number given up.  For a writer whose flush failed and that writes newer data on
+        the same subjects next: a re-send of the old data landing after the new write
+        would leave the old data last (see "Order" in the module doc)."""
+        given_up = len(self._inflight)
+        self.stats.failed += given_up
+        self._inflight.clear()
+        self._settled()
+        await self._stop()
+        return given_up
+
     async def close(self, flush_timeout: float = 10.0) -> None:
         """Flush (best effort), then stop the guard and unsubscribe."""
         with contextlib.suppress(CrrTimeoutError):
             if self._sub is not None and not self._nc.is_closed:
                 await self.flush(flush_timeout)
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
-            self._sweeper = None
+        await self._stop()
+
+    async def _stop(self) -> None:
+        await cancel_and_wait(self._sweeper)
+        self._sweeper = None
         if self._sub is not None:
             direct.unroute(self._nc, self._sub)
             with contextlib.suppress(Exception):  # the connection may be gone already
@@ -274,11 +260,15 @@ class PipelinePublisher:
 
     async def _on_ack(self, msg: Msg) -> None:
         if msg.headers and msg.headers.get("Status") == "503":
-            return  # no responders (no stream yet): the guard re-sends after the timeout
+            # No responders (no stream yet, or deleted): the guard re-sends after the
+            # timeout, unless a `flush(fail_unanswered=True)` gives up first.
+            self.stats.no_responders += 1
+            self._unanswered.set()
+            return
         self._ack(msg.subject[len(self._prefix):], msg.data)
 
     def _on_ack_bytes(self, subject: bytes, data: bytes) -> None:
-        """An ack without headers, as read (`bus.direct`)."""
+        """An ack without headers, as read (`bus.natspy.parser`)."""
         self._ack(subject[len(self._prefix):].decode(), data)
 
     def _ack(self, token: str, data: bytes) -> None:

@@ -123,6 +123,12 @@ PUBLISH = Backoff(first=0.05, cap=2.0, jitter=0.1)
 """The outbox's flushes, and one-shot stream checks."""
 FOLLOW = Backoff(first=0.5, cap=10.0, jitter=0.5)
 """Following the catalog (`bus.catalog_watch`)."""
+START = Backoff(first=0.5, cap=10.0, jitter=0.5)
+"""A long-running service's start-up steps (the projector's stream checks and first load),
+while the server does not answer yet (a cluster electing its meta leader)."""
+BRIDGE_APPLY = Backoff(first=0.5, cap=30.0, jitter=0.5)
+"""A scheduler bridge re-trying a target command that failed (slurmctld down, a file
+system full): the bridge keeps following the snapshot meanwhile."""
 SNAPSHOT_WRITE = Backoff(first=0.1, cap=2.0)
 """The projector's write loop after a failed snapshot or status write."""
 TAKEOVER_READ = Backoff(first=0.05, cap=1.0)

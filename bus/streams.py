@@ -32,7 +32,6 @@ from schemas.subjects import (
     PARTITION_SOURCE,
     SNAPSHOT_STREAM,
     SNAPSHOT_SUBJECTS,
-    destination_partitions,
     partition_destination,
 )
 
@@ -62,12 +61,6 @@ def partition_transform(partitions: int) -> SubjectTransform | None:
     if partitions <= 1:
         return None
     return SubjectTransform(src=PARTITION_SOURCE, dest=partition_destination(partitions))
-
-
-def stored_partitions(config: StreamConfig) -> int:
-    """N of the partition transform CRR_EVENTS stores with (1: none)."""
-    t = config.subject_transform
-    return 1 if t is None or not t.dest else destination_partitions(t.dest)
 
 
 def events_config(s: StreamSettings) -> StreamConfig:

@@ -19,6 +19,7 @@ import pkgutil
 import re
 import signal
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -175,6 +176,8 @@ def _main(argv: Sequence[str] | None) -> int:
     except BrokenPipeError:
         raise
     except _REPORTED as exc:
+        if getattr(args, "log_level", "") == "DEBUG":  # the whole story, for a bug report
+            traceback.print_exception(exc, file=sys.stderr)
         print(f"crr {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 1
     sys.stdout.flush()

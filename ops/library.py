@@ -11,7 +11,8 @@ while the modules behind it move.
   cached copy of `CRR_SNAPSHOT` answering `select[]` locally), `loaded_view`
   (a started and ready view for one-shot use), `read_snapshot` (one read of
   every record);
-- reporters: `ExternalReporter` (the publishing SDK), `PublishError`;
+- reporters: `ExternalReporter` (the SDK: publishing, the catalog check at connect,
+  `submit` with the projector's verdict), `ReportOutcome`, `PublishError`;
 - `select[]`: `compile_select`, `CompiledSelect`, `Explanation`, `Section`;
 - wire types (frozen msgspec Structs): the events, the snapshot records, the
   catalog;
@@ -21,9 +22,11 @@ while the modules behind it move.
 from __future__ import annotations
 
 from bus.connection import connect
+from ops.services.external_reporter import ExternalReporter
+from ops.services.report_outcome import ReportOutcome
 from ops.services.snapshot_reader import SnapshotContents, read_snapshot
 from ops.services.view import SchedulerView, loaded_view
-from producers.external import ExternalReporter, PublishError
+from producers.external import PublishError
 from projections.select import CompiledSelect, Explanation, Section, compile_select
 from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
 from schemas.errors import (
@@ -33,6 +36,8 @@ from schemas.errors import (
     ExpressionError,
     NotReadyError,
     PayloadError,
+    ReportRejectedError,
+    UnknownReporterError,
 )
 from schemas.events import DeadLetter, Forget, Health, Inventory, Report
 from schemas.snapshot import (
@@ -67,12 +72,15 @@ __all__ = [
     "ProjectorStatus",
     "PublishError",
     "Report",
+    "ReportOutcome",
+    "ReportRejectedError",
     "ReporterSpec",
     "ReporterStatus",
     "ResourceSpec",
     "SchedulerView",
     "Section",
     "SnapshotContents",
+    "UnknownReporterError",
     "ValueEntry",
     "compile_select",
     "connect",

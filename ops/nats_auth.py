@@ -54,6 +54,7 @@ from typing import Literal
 from bus.server import NatsServer
 from schemas.catalog import Catalog
 from schemas.catalog_loader import load_catalog
+from schemas.distribution import install_hint
 from schemas.errors import CrrError
 from schemas.subjects import (
     ADMIN_ALL,
@@ -202,7 +203,7 @@ def require_auth_extra(mode: AuthMode = "nkey") -> None:
         importlib.import_module(name)
     except ImportError:
         raise CrrError(f"{name} is not installed ({'nkey' if mode == 'nkey' else 'password'} "
-                       "credentials need the auth extra): pip install 'crr[auth]'") from None
+                       f"credentials need the auth extra): {install_hint('auth')}") from None
 
 
 def _nkey_user(path: Path) -> str:

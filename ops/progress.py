@@ -9,10 +9,15 @@ stays clean for scripts.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import TextIO
+
+from projections.freshness import format_eta
+from schemas.snapshot import RebuildProgress
 
 _WIDTH = 24
 
@@ -25,11 +30,6 @@ def _human(n: float) -> str:
     return f"{n:.1f}T"
 
 
-def _eta(seconds: float) -> str:
-    s = int(seconds)
-    if s >= 3600:
-        return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
-    return f"{s // 60}:{s % 60:02d}"
 
 
 class Progress:
@@ -71,7 +71,7 @@ class Progress:
             eta = (self.total - done) / rate if rate > 0 else 0.0
             return (f"{self.label} [{'#' * fill}{'-' * (_WIDTH - fill)}] {frac:4.0%} "
                     f"{_human(done)}/{_human(self.total)}{unit}  {_human(rate)}/s  "
-                    f"ETA {_eta(eta)}")
+                    f"ETA {format_eta(eta)}")
         return f"{self.label} {_human(done)}{unit}  {_human(rate)}/s"
 
     def _draw(self, done: float, now: float) -> None:
@@ -91,3 +91,17 @@ class Progress:
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+async def show_rebuild(progress: Callable[[], RebuildProgress | None], done: asyncio.Event,
+                       *, stream: TextIO | None = None) -> None:
+    """A progress bar of a projector's rebuild (`Projector.rebuild_progress`) until
+    `done` (its `ready`) is set; nothing unless stderr is a terminal."""
+    with Progress("rebuilding", total=None, unit="events", stream=stream) as bar:
+        if not bar.enabled:
+            return
+        while not done.is_set():
+            now = progress()
+            if now is not None:
+                bar.update(now.folded, total=now.to_fold)
+            await asyncio.sleep(bar.every)  # a redraw cadence, not a synchronisation

@@ -67,6 +67,12 @@ def _columns(rows: list[list[str]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
+def reporter_problems(snap: HostSnapshot) -> str:
+    """The REPORTERS cell: `name:state` of each reporter that is not ok, else `ok`."""
+    bad = sorted(f"{r}:{s.state}" for r, s in snap.reporters.items() if s.state != "ok")
+    return " ".join(bad) or "ok"
+
+
 def render_hosts(
     hosts: list[HostSnapshot], cluster: ClusterSnapshot | None = None,
     resources: list[str] | None = None, *, now: float | None = None, wide: bool = False,
@@ -81,11 +87,10 @@ def render_hosts(
     header = ["HOST", *status, *names, "REPORTERS"]
     rows = [header]
     for h in sorted(hosts, key=lambda s: s.host):
-        bad = sorted(f"{r}:{s.state}" for r, s in h.reporters.items() if s.state != "ok")
         cells = [host_status(h, now)] if now is not None else []
         rows.append([h.host, *cells,
                      *(show_value(h.values.get(n), wide=wide, now=now) for n in names),
-                     " ".join(bad) or "ok"])
+                     reporter_problems(h)])
     lines = _columns(rows)
     if cluster is not None and cluster.values:
         lines.append("")

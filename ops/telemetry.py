@@ -6,7 +6,7 @@ crr stays the API's no-op.
 
 - `OTEL_TRACES_EXPORTER` / `OTEL_METRICS_EXPORTER`: `console`, `otlp`, `none`
   (comma-separated lists allowed).  `otlp` needs the optional
-  `opentelemetry-exporter-otlp` package (`pip install 'crr[otlp]'`);
+  `opentelemetry-exporter-otlp` package (`pip install 'crr-reporting[otlp]'`);
   `OTEL_EXPORTER_OTLP_PROTOCOL` picks `http/protobuf` (default) or `grpc`,
   and the exporters read their own `OTEL_EXPORTER_OTLP_*` settings.
 - `OTEL_METRICS_EXPORTER=prometheus`: the long-running processes (`crr
@@ -14,7 +14,7 @@ crr stays the API's no-op.
   metrics for Prometheus to scrape at `http://HOST:PORT/metrics`, HOST and
   PORT from `OTEL_EXPORTER_PROMETHEUS_HOST` (default `localhost`) and
   `OTEL_EXPORTER_PROMETHEUS_PORT` (default 9464; 0 picks a free port), via
-  the OpenTelemetry Prometheus exporter (`pip install 'crr[prometheus]'`).
+  the OpenTelemetry Prometheus exporter (`pip install 'crr-reporting[prometheus]'`).
   They say where on stderr at start.  One-shot commands ignore it (they
   would fight over the port).
 - `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`: as the SDK defines them.
@@ -50,6 +50,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, TraceIdRatioBased
 
+from schemas.distribution import install_hint
 from schemas.errors import CrrError
 
 DEFAULT_RATIO: Final = 0.05
@@ -58,10 +59,10 @@ DEFAULT_RATIO: Final = 0.05
 DEFAULT_BSP_QUEUE: Final = 8192
 """Spans the BatchSpanProcessor holds when `OTEL_BSP_MAX_QUEUE_SIZE` is unset."""
 
-_OTLP_HINT: Final = ("needs the OTLP exporter: pip install 'crr[otlp]' "
+_OTLP_HINT: Final = (f"needs the OTLP exporter: {install_hint('otlp')} "
                      "(opentelemetry-exporter-otlp)")
 _PROMETHEUS_HINT: Final = ("OTEL_METRICS_EXPORTER=prometheus needs the Prometheus exporter: "
-                           "pip install 'crr[prometheus]' (opentelemetry-exporter-prometheus)")
+                           f"{install_hint('prometheus')} (opentelemetry-exporter-prometheus)")
 DEFAULT_PROMETHEUS_HOST: Final = "localhost"
 DEFAULT_PROMETHEUS_PORT: Final = 9464
 

@@ -19,9 +19,9 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
-from nats.aio.client import Client
-
+from bus.cancel import cancel_and_wait
 from bus.catalog_watch import follow_catalog
+from bus.connection import Connection
 from bus.outbox import Outbox
 from producers.publisher import ReporterPublisher
 from producers.runner import ReporterRunner, RunnerConfig
@@ -36,7 +36,7 @@ class Agent:
 
     def __init__(
         self,
-        nc: Client,
+        nc: Connection,
         host: str,
         reporters_dir: str | Path,
         *,
@@ -149,11 +149,8 @@ class Agent:
             return
         self._stopped = True
         if self._follow is not None:
-            self._follow.cancel()
             try:
-                await self._follow
-            except asyncio.CancelledError:
-                pass
+                await cancel_and_wait(self._follow)
             except Exception:  # re-raised by run(); logged for start()/stop() users
                 log.exception("following the catalog failed")
             self._follow = None

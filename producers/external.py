@@ -31,6 +31,10 @@ reporter does not own).  A publish the server's authorization refuses is
 not retried: it is logged, counted in `errors`, and passed to `on_error`.
 Credentials are read from the file by the NATS client; they never appear in
 events, logs or error messages.
+
+`ops.library.ExternalReporter` is this class plus what needs the snapshot
+(`ops.services.external_reporter`): the catalog check at connect and `submit`,
+which waits for the projector's verdict on a report.
 """
 
 from __future__ import annotations
@@ -44,11 +48,9 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
-from nats.aio.client import Client
-
-from bus.connection import connect
+from bus.connection import Connection, connect
 from bus.outbox import Outbox
 from producers.publisher import ReporterPublisher
 from producers.runner import ReporterRunner, RunnerConfig
@@ -74,7 +76,7 @@ class ExternalReporter:
 
     def __init__(
         self,
-        nc: Client,
+        nc: Connection,
         *,
         reporter: str,
         boot: str | None = None,
@@ -103,7 +105,7 @@ class ExternalReporter:
         on_error: ErrorCallback | None = None,
         attempts: int | None = None,
         flush_timeout: float = 5.0,
-    ) -> AsyncIterator[ExternalReporter]:
+    ) -> AsyncIterator[Self]:
         """`async with ExternalReporter.connect(reporter=..., url=..., creds=...) as rep:`.
 
         `creds` is a credentials file (nkey seed, `.creds`, or user/password
@@ -221,10 +223,7 @@ class CentralRunner:
 
     def check(self, catalog: Catalog) -> RunnerConfig:
         """The reporter's runner config in `catalog`; CrrError if it cannot be run centrally."""
-        spec = catalog.reporters.get(self.reporter)
-        if spec is None:
-            raise CrrError(f"reporter {self.reporter!r} is not in the catalog "
-                           f"(reporters: {', '.join(sorted(catalog.reporters)) or 'none'})")
+        spec = catalog.reporter_spec(self.reporter)
         if spec.type != "external":
             raise CrrError(f"reporter {self.reporter!r} is a {spec.type} reporter: the agents "
                            "run it on the hosts; `crr external run` is for type: external")

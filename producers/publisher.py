@@ -50,11 +50,16 @@ class ReporterPublisher:
         subject, payload, msg_id = event_message(event)
         self.sink.put(subject, payload, msg_id=msg_id, keep=keep)
 
+    def next_report(self, values: Mapping[str, Any], observed_at: float) -> Report:
+        """The next Report of these `values`, numbered but not published (for a caller
+        that publishes it itself and waits for its outcome: the SDK's `submit`)."""
+        return Report(reporter=self.reporter, host=self.host, boot=self.boot,
+                      seq=self._next(), observed_at=format_time(observed_at),
+                      values=dict(values))
+
     def report(self, values: Mapping[str, Any], observed_at: float) -> Report:
         """Publish the measured `values` (observed at `observed_at`, epoch seconds)."""
-        seq = self._next()
-        event = Report(reporter=self.reporter, host=self.host, boot=self.boot, seq=seq,
-                       observed_at=format_time(observed_at), values=dict(values))
+        event = self.next_report(values, observed_at)
         self._put(event, keep="latest")
         return event
 

@@ -58,7 +58,6 @@ Nothing a script does may crash the agent: every run is guarded.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 import time
@@ -67,6 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bus.cancel import cancel_and_wait
 from bus.retry import Backoff
 from producers.observe import RunObserver
 from producers.publisher import ReporterPublisher
@@ -200,11 +200,8 @@ class ReporterRunner:
 
     async def stop(self, *, publish: bool = True) -> None:
         """Stop the schedule, kill the script's group, reap it; then Health `stopped`."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if self._proc is not None:  # cancelled between spawn and cleanup
             await self._proc.close()
             self._proc = None

@@ -11,8 +11,8 @@ Two formats:
 * `elim` — LSF external LIM lines `N name1 value1 ... nameN valueN`.  Each
   value is converted by the kind the catalog declares for its name
   (numeric → float; boolean → 1/0/true/false/yes/no; string; string_set →
-  comma-separated); a name the catalog does not know is passed through as
-  the raw string (the projector rejects it and counts it on the reporter).
+  comma-separated; `-` → null, unknown); a name the catalog does not know is
+  passed through as the raw string (the projector rejects it and counts it on the reporter).
 
 Values are otherwise passed through unchecked — kinds, bounds and
 ownership are the projector's job — with one exception: a non-finite
@@ -110,8 +110,17 @@ def parse_json_report(data: bytes) -> ParsedOutput:
     return ParsedOutput(values=values, inventory=doc.inventory, problems=problems)
 
 
+ELIM_UNKNOWN = "-"
+"""An elim's "cannot tell" (as `lsload` shows an index without a value): null, unknown.
+`crr bridge elim` writes it for a stale or unknown value."""
+
+
 def convert_elim_value(raw: str, kind: Kind | None) -> Any:
-    """An elim value token as the catalog `kind` wants it; ValueError if it cannot be."""
+    """An elim value token as the catalog `kind` wants it; ValueError if it cannot be.
+
+    `-` is unknown (None) for every kind the catalog declares."""
+    if raw == ELIM_UNKNOWN and kind is not None:
+        return None
     match kind:
         case "numeric":
             number = float(raw)

@@ -10,10 +10,11 @@ the fold of every event at or before it, then `expire(now)` with `now` the
 cut's time (for a sequence-only cut, the time of its last event), so stale
 flags are exactly those the live projector would have shown then.
 
-Restart emulation (`lps_upto`): the live projector starts from the last
-event per subject (DESIGN §2), so after a restart its state is the fold of
-the last event per subject up to its start sequence, then of every later
-event.  `Replay(lps_upto=start_seq)` folds exactly that input.
+Restart emulation (`lps_upto`): an older projector started from the last
+event per subject, so its state (and that of every projector restored from
+it) is the fold of the last event per subject up to its start sequence, then
+of every later event.  `Replay(lps_upto=start_seq)` folds exactly that input;
+a projector that rebuilds today folds the whole retained history (start_seq 0).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import msgspec
 
 from projections.envelope import Envelope
 from projections.fold import Changes, apply, expire
-from projections.state import ProjectionState, cluster_snapshot, host_snapshot
+from projections.record.snapshot import cluster_snapshot, host_snapshot
+from projections.state import ProjectionState
 from schemas.catalog import Catalog
 from schemas.codec import encode
 from schemas.errors import SubjectError

@@ -40,6 +40,11 @@ class ReporterPlan(msgspec.Struct, frozen=True, kw_only=True):
     """Decodes a Report only if it sets every resource of `rules` with a valid value."""
     set_fields: tuple[str, ...]
     """Attributes of `decoder`'s values struct that are string sets (sorted after decoding)."""
+    partial: msgspec.json.Decoder[Any]
+    """Decodes a Report only if every value it sets is one of `rules`, valid (the rest
+    left `msgspec.UNSET`): a partial report, applied without per-value work too."""
+    set_names: tuple[str, ...]
+    """The string sets among `names` (sorted after a `partial` decode)."""
     uniform_life: float | None
     """The lifetime every resource of `rules` shares, when they share one."""
     silent_life: float
@@ -95,7 +100,9 @@ def compile_plan(catalog: Catalog) -> CatalogPlan:
         lives = {lifetimes[n] for n in names}
         reporters[key] = ReporterPlan(
             rules=table, names=names, keyset=frozenset(names),
-            decoder=_full_report_decoder(key[0], names, table),
+            decoder=_report_decoder(key[0], names, table, partial=False),
+            partial=_report_decoder(key[0], names, table, partial=True),
+            set_names=tuple(n for n in names if table[n].kind == "string_set"),
             set_fields=tuple(f"f{i}" for i, n in enumerate(names)
                              if table[n].kind == "string_set"),
             uniform_life=lives.pop() if len(lives) == 1 else None,
@@ -107,21 +114,25 @@ def compile_plan(catalog: Catalog) -> CatalogPlan:
                        reporter_life=reporter_life, uniform_life=uniform_life)
 
 
-def _full_report_decoder(reporter: str, names: tuple[str, ...],
-                         rules: dict[str, ResourceSpec]) -> msgspec.json.Decoder[Any]:
-    """A Report decoder whose `values` must hold exactly these resources, each valid.
+def _report_decoder(reporter: str, names: tuple[str, ...], rules: dict[str, ResourceSpec],
+                    *, partial: bool) -> msgspec.json.Decoder[Any]:
+    """A Report decoder whose `values` must hold exactly these resources, each valid
+    (`partial`: any of them, each valid; the others `msgspec.UNSET`).
 
     The values struct's fields are `f0`, `f1`, ... (renamed to the resource
-    names on the wire) in the order of `names`; the struct is stored as
+    names on the wire) in the order of `names`; the full struct is stored as
     decoded (`projections.state.Batch.full`).
     """
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
+        (f"f{i}", value_type(rules[n]) | msgspec.UnsetType, msgspec.UNSET) if partial
+        else (f"f{i}", value_type(rules[n])) for i, n in enumerate(names)]
     values = msgspec.defstruct(
-        f"Values_{reporter}", [(f"f{i}", value_type(rules[n])) for i, n in enumerate(names)],
+        f"{'Some' if partial else ''}Values_{reporter}", fields,
         kw_only=True, forbid_unknown_fields=True, gc=False,
         rename={f"f{i}": n for i, n in enumerate(names)},
     )
     report = msgspec.defstruct(
-        f"Report_{reporter}",
+        f"{'Partial' if partial else ''}Report_{reporter}",
         [("reporter", str), ("boot", str), ("seq", int), ("observed_at", str),
          ("values", values), ("host", str | None, None)],
         kw_only=True, frozen=True,

@@ -14,6 +14,8 @@ from typing import Literal
 
 import msgspec
 
+from schemas.errors import UnknownReporterError
+
 Kind = Literal["numeric", "boolean", "string", "string_set"]
 Scope = Literal["host", "cluster"]
 OnStale = Literal["unknown", "exclude"]
@@ -89,12 +91,40 @@ class ReporterSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         return self.type == "script" and any(fnmatch.fnmatchcase(host, p) for p in self.hosts)
 
 
+class DrainRule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Take a node out of service while `when` (a `select[]` expression) is TRUE."""
+
+    when: str
+    reason: str
+
+
+class Exports(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the scheduler bridges (`crr bridge …`) export: see docs/bridges.md.
+
+    `features`: boolean tags, each held while its `select[]` expression is TRUE
+    (Kleene: unknown = absent).  `drain`: rules, the first that holds gives the
+    node's drain reason.  `values`: resources exported raw where the target has
+    attributes (HTCondor ClassAds, LSF load indices, NFD label values).
+    """
+
+    features: dict[str, str] = msgspec.field(default_factory=dict)
+    drain: list[DrainRule] = msgspec.field(default_factory=list)
+    values: list[str] = msgspec.field(default_factory=list)
+
+
 class Catalog(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The whole of `resources.yaml`."""
 
     version: int = 1
     resources: dict[str, ResourceSpec] = msgspec.field(default_factory=dict)
     reporters: dict[str, ReporterSpec] = msgspec.field(default_factory=dict)
+    exports: Exports | msgspec.UnsetType = msgspec.UNSET
+    """Left out of the encoded catalog unless set (UNSET), as `ReporterSpec.tty`: a
+    catalog without exports stays readable by readers from before they existed."""
+
+    def exports_or_empty(self) -> Exports:
+        """The declared exports, or none."""
+        return self.exports if isinstance(self.exports, Exports) else EMPTY_EXPORTS
 
     def interval_of(self, resource: str) -> float:
         """Seconds a value of `resource` stays fresh, before grace."""
@@ -112,6 +142,24 @@ class Catalog(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     def lifetime_of(self, resource: str) -> float:
         """`interval + grace`: how long after receipt a value of `resource` is fresh."""
         return self.interval_of(resource) + self.grace_of(resource)
+
+    def outliving(self, max_age: float) -> list[str]:
+        """The resources whose `interval + grace` exceeds `max_age` (CRR_EVENTS retention,
+        seconds; 0: unlimited), sorted: a rebuild from the retained history may miss
+        their last report while it is still fresh."""
+        if max_age <= 0:
+            return []
+        return sorted(n for n in self.resources if self.lifetime_of(n) > max_age)
+
+    def reporter_spec(self, name: str, *, where: str = "catalog") -> ReporterSpec:
+        """The reporter `name`; UnknownReporterError (naming the declared ones) if it is not
+        declared, which is what a report of it would be rejected for."""
+        spec = self.reporters.get(name)
+        if spec is None:
+            raise UnknownReporterError(
+                f"reporter {name!r} is not declared (reporters: "
+                f"{', '.join(sorted(self.reporters)) or 'none'})", where=where)
+        return spec
 
     def resources_of(self, reporter: str) -> list[str]:
         """Names of the resources `reporter` owns, sorted."""
@@ -131,4 +179,5 @@ class Catalog(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
         return interval * 1.5
 
 
+EMPTY_EXPORTS = Exports()
 EMPTY_CATALOG = Catalog()

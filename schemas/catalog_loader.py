@@ -9,16 +9,23 @@ from __future__ import annotations
 
 import re
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import yaml
 
-from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
+from schemas.catalog import Catalog, DrainRule, Exports, ReporterSpec, ResourceSpec
 from schemas.duration import parse_duration
 from schemas.errors import CatalogError, DurationError
 from schemas.subjects import CATALOG
+from schemas.target_names import feature_name_problems
+
+ExportsCheck = Callable[[Catalog], list[str]]
+"""Checks a catalog's `exports:` against its resources (compiling the expressions):
+path-qualified problems.  `projections.exports.export_problems`; passed in, because
+the `select[]` compiler lives above this layer."""
 
 _DURATION_FIELDS = frozenset({"interval", "grace", "timeout", "backoff_floor", "backoff_cap"})
 RESOURCE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -180,16 +187,82 @@ def _check_reporter(name: str, spec: ReporterSpec, problems: list[str]) -> None:
         problems.append(f"{path}.not_applicable_exit: must be an exit code 0..255")
 
 
-def catalog_from_mapping(doc: Any, *, source: str | None = None) -> Catalog:
-    """Validate a parsed YAML/JSON document into a Catalog; CatalogError lists all problems."""
+def _convert_exports(raw: Any, resources: dict[str, ResourceSpec],
+                     problems: list[str]) -> Exports | None:
+    """`exports:` checked for shape, names and references (expressions: `ExportsCheck`)."""
+    if not isinstance(raw, dict):
+        problems.append(f"exports: expected a mapping with features, drain, values, "
+                        f"got {type(raw).__name__}")
+        return None
+    for key in raw:
+        if key not in {"features", "drain", "values"}:
+            problems.append(f"exports.{key}: unknown field (expected drain, features, values)")
+    features: dict[str, str] = {}
+    raw_features = raw.get("features") or {}
+    if not isinstance(raw_features, dict):
+        problems.append("exports.features: expected a mapping of feature name → expression")
+        raw_features = {}
+    for name, expr in raw_features.items():
+        where = f"exports.features.{name}"
+        if not isinstance(name, str):
+            problems.append(f"{where}: a feature name must be a string")
+            continue
+        problems.extend(f"{where}: {p}" for p in feature_name_problems(name))
+        if not isinstance(expr, str) or not expr.strip():
+            problems.append(f"{where}: expected a select[] expression (a non-empty string)")
+            continue
+        features[name] = expr
+    drain: list[DrainRule] = []
+    raw_drain = raw.get("drain") or []
+    if not isinstance(raw_drain, list):
+        problems.append("exports.drain: expected a list of {when, reason}")
+        raw_drain = []
+    for i, rule in enumerate(raw_drain):
+        spec = _convert_entry(DrainRule, rule, f"exports.drain[{i}]", problems)
+        if spec is None:
+            continue
+        if not spec.reason.strip():
+            problems.append(f"exports.drain[{i}].reason: must not be empty")
+        if not spec.when.strip():
+            problems.append(f"exports.drain[{i}].when: expected a select[] expression")
+        drain.append(spec)
+    values: list[str] = []
+    raw_values = raw.get("values") or []
+    if not isinstance(raw_values, list):
+        problems.append("exports.values: expected a list of resource names")
+        raw_values = []
+    for i, name in enumerate(raw_values):
+        if not isinstance(name, str) or name not in resources:
+            known = f" (known: {', '.join(sorted(resources))})" if resources else ""
+            problems.append(f"exports.values[{i}]: no resource named {name!r}{known}")
+            continue
+        problems.extend(f"exports.values[{i}]: {p}" for p in feature_name_problems(name)
+                        if not p.startswith("NFD"))  # NFD: values become label values
+        if name in values:
+            problems.append(f"exports.values[{i}]: {name!r} is listed twice")
+            continue
+        values.append(name)
+    # What passed is kept even when something failed: its expressions are still
+    # compiled (`ExportsCheck`), so every error comes at once.
+    return Exports(features=dict(sorted(features.items())), drain=drain, values=values)
+
+
+def catalog_from_mapping(doc: Any, *, source: str | None = None,
+                         exports_check: ExportsCheck | None = None) -> Catalog:
+    """Validate a parsed YAML/JSON document into a Catalog; CatalogError lists all problems.
+
+    `exports_check` (see `ExportsCheck`) compiles the `exports:` expressions against
+    the resources, so their errors come with every other one.
+    """
     problems: list[str] = []
     if not isinstance(doc, dict):
         raise CatalogError(["(top): expected a mapping with 'version', 'resources', 'reporters'"],
                            where=source)
     for key in doc:
-        if key not in {"version", "resources", "reporters"}:
+        if key not in {"version", "resources", "reporters", "exports"}:
             problems.append(
-                f"{key}: unknown top-level field (expected version, resources, reporters)")
+                f"{key}: unknown top-level field (expected version, resources, reporters, "
+                "exports)")
     version = doc.get("version", 1)
     if version != 1:
         problems.append(f"version: unsupported version {version!r} (this crr reads version 1)")
@@ -232,16 +305,26 @@ def catalog_from_mapping(doc: Any, *, source: str | None = None) -> Catalog:
             _check_resource(name, spec, raw, reporters, problems)
             resources[name] = spec
 
-    if problems:
-        raise CatalogError(problems, where=source)
-    return Catalog(
+    exports: Exports | msgspec.UnsetType = msgspec.UNSET
+    if doc.get("exports") is not None:
+        checked = _convert_exports(doc["exports"], resources, problems)
+        if checked is not None:
+            exports = checked
+    catalog = Catalog(
         version=1,
         resources=dict(sorted(resources.items())),
         reporters={k: v for k, v in sorted(reporters.items()) if v is not None},
+        exports=exports,
     )
+    if exports_check is not None and isinstance(exports, Exports):
+        problems.extend(exports_check(catalog))
+    if problems:
+        raise CatalogError(problems, where=source)
+    return catalog
 
 
-def load_catalog_text(text: str, *, source: str = "resources.yaml") -> Catalog:
+def load_catalog_text(text: str, *, source: str = "resources.yaml",
+                      exports_check: ExportsCheck | None = None) -> Catalog:
     """Parse YAML text into a validated Catalog."""
     try:
         doc = yaml.safe_load(text)
@@ -250,17 +333,17 @@ def load_catalog_text(text: str, *, source: str = "resources.yaml") -> Catalog:
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
         problem = getattr(exc, "problem", None) or str(exc)
         raise CatalogError([f"(yaml): {problem}"], where=where) from exc
-    return catalog_from_mapping(doc, source=source)
+    return catalog_from_mapping(doc, source=source, exports_check=exports_check)
 
 
-def load_catalog(path: str | Path) -> Catalog:
+def load_catalog(path: str | Path, *, exports_check: ExportsCheck | None = None) -> Catalog:
     """Read and validate `resources.yaml` at `path`."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise CatalogError([f"(file): cannot read: {exc.strerror or exc}"], where=str(p)) from exc
-    return load_catalog_text(text, source=str(p))
+    return load_catalog_text(text, source=str(p), exports_check=exports_check)
 
 
 def catalog_from_wire(doc: Any, *, source: str = CATALOG) -> Catalog:

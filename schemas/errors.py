@@ -75,6 +75,13 @@ class NotConnectedError(BusError):
     """No NATS server could be reached (yet), or the connection is down or closing."""
 
 
+class NotNatsServerError(NotConnectedError):
+    """The address answers, but not as a NATS server does (no `INFO` line first): a wrong
+    port or URL; retrying will not help."""
+
+    retriable = False
+
+
 class AuthError(BusError):
     """The server refused our credentials or a publish permission; retrying will not help."""
 
@@ -163,6 +170,29 @@ class ReporterError(CrrError, RuntimeError):
     """A reporter script could not be run or misbehaved."""
 
 
+class UnknownReporterError(CrrError, LookupError):
+    """A reporter the active catalog does not declare: every value it sent would be
+    rejected, so `crr report` and the SDK refuse to publish for it."""
+
+
+class ReportRejectedError(CrrError, ValueError):
+    """The projector did not apply (all of) a report (the SDK's `submit`).
+
+    `state` is the verdict (`rejected`, `deadlettered`, `pending`: no catalog active
+    yet, `not_applied`); `applied` the names it set anyway; `rejected` name → why
+    (`"name: why"`, as `crr report` prints it); `reason` why a report was not applied
+    at all.
+    """
+
+    def __init__(self, message: str, *, state: str, applied: list[str],
+                 rejected: dict[str, str], reason: str | None = None) -> None:
+        self.state = state
+        self.applied = list(applied)
+        self.rejected = dict(rejected)
+        self.reason = reason
+        super().__init__(message)
+
+
 class CrrTimeoutError(CrrError, TimeoutError):
     """A bounded wait (a projector position, a readiness signal) ran out."""
 
@@ -184,3 +214,30 @@ class LeaseLostError(CrrError, RuntimeError):
 
     Another projector took over; this one must stop writing (it becomes a standby).
     """
+
+
+class BridgeError(CrrError):
+    """A scheduler target refused or failed a bridge's command (slurmctld down, a
+    permission refused, a feature file that cannot be written).  Retried with back-off
+    by the bridge engine, counted, never fatal to the bridge."""
+
+    retriable = True
+
+
+class SchedulerCommandError(BridgeError, RuntimeError):
+    """A scheduler's own command (`scontrol`, `sinfo`) failed, timed out or could not be run.
+
+    The `BridgeError` of a command-line target.  A bridge counts it, shows it in its
+    status and tries again with back-off; it never stops the bridge.  `command` is the
+    program name, `returncode` its exit status (None when it did not finish), `detail`
+    the first line of what it said.
+    """
+
+    retriable = True
+
+    def __init__(self, command: str, detail: str, *, returncode: int | None = None) -> None:
+        self.command = command
+        self.detail = detail
+        self.returncode = returncode
+        status = "timed out" if returncode is None else f"exit {returncode}"
+        super().__init__(f"{status}: {detail}", where=command)

@@ -118,17 +118,25 @@ class Health(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Forget(msgspec.Struct, frozen=True, kw_only=True):
-    """`crr.v1.admin.host.<host>.forget` (`crr hosts forget`): drop everything about a host.
+    """`crr.v1.admin.host.<host>.forget` (`crr hosts forget`): drop everything about a host,
+    or (with `reporter`) one reporter's row on it.
 
-    The projector folds it by deleting the host from its state and writing an empty
-    record (a delete marker) on `crr.v1.snapshot.host.<host>`; events of the host
-    stored before it are purged by the same command.  Later events bring the host back.
+    The projector folds a whole-host Forget by deleting the host from its state and
+    writing an empty record (a delete marker) on `crr.v1.snapshot.host.<host>`; events
+    of the host stored before it are purged by the same command.  Later events bring
+    the host back.
     """
 
     host: str
     requested_at: str
     by: str | None = None
     """Who asked (free text: user@machine), for the record."""
+    reporter: str | msgspec.UnsetType = msgspec.UNSET
+    """Forget only this reporter on the host: its status row, its values and its
+    inventory (a reporter removed from the catalog, a `rejecting` row of a name that was
+    never declared).  Added after the whole-host Forget; left out of the encoded event
+    when not set, so a whole-host Forget keeps its bytes.  A projector from before the
+    field ignores it and forgets the whole host: upgrade projectors before using it."""
 
 
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):

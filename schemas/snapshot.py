@@ -119,6 +119,21 @@ class ClusterSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     reporters: dict[str, ReporterStatus] = msgspec.field(default_factory=dict)
 
 
+class RebuildProgress(msgspec.Struct, frozen=True, kw_only=True):
+    """How far a rebuild (the fold of the retained `CRR_EVENTS` history) has come."""
+
+    folded: int
+    """Events read so far (a partition counts the other partitions' events it skips too)."""
+    to_fold: int
+    """Events to read in all: `folded` + what the stream holds after the last one read."""
+    rate: float
+    """Events read per second since the rebuild began."""
+    eta_s: float | None = None
+    """Seconds left at that rate (None: not known yet)."""
+    from_seq: int = 0
+    """The first `CRR_EVENTS` sequence the rebuild read (the first retained event)."""
+
+
 class ProjectorStatus(msgspec.Struct, frozen=True, kw_only=True):
     """Payload of `crr.v1.snapshot.projector`: how far the projector got."""
 
@@ -138,10 +153,13 @@ class ProjectorStatus(msgspec.Struct, frozen=True, kw_only=True):
     projector_id: str = ""
     partition: int | None = None
     start_seq: int = 0
-    """Last `CRR_EVENTS` sequence when this projector's initial load began (0: unknown).
+    """Where an older projector's last-event-per-subject load ended (0: none).
 
-    Its state is the fold of the last event per subject up to `start_seq`,
-    then of every later event: `crr replay --verify` replays exactly that.
+    A projector that rebuilds folds the whole retained history, so it writes 0
+    (its state is the fold of every retained event).  A projector that restored
+    keeps the value of the status it restored from: an older writer's state was
+    the fold of the last event per subject up to `start_seq`, then of every later
+    event, and `crr replay --verify` replays exactly that input.
     """
     covered_seq: int = 0
     """Every `CRR_EVENTS` event up to this sequence that this projector folds is
@@ -164,6 +182,16 @@ class ProjectorStatus(msgspec.Struct, frozen=True, kw_only=True):
     start: str = ""
     """How this projector started: `restored from CRR_SNAPSHOT at seq N` or `rebuilt from
     CRR_EVENTS: <why>` (empty: an older writer)."""
+    phase: str = ""
+    """`rebuilding` while the projector folds the retained history after a start that
+    could not restore (its records are not written yet: readers keep the old ones,
+    and `last_seq`/`covered_seq` claim nothing); empty once it writes its records."""
+    progress: RebuildProgress | None = None
+    """With `phase: rebuilding`: events folded of events to fold, rate, ETA."""
+    retained_from: str | None = None
+    """When this projector last rebuilt: the time of the first event `CRR_EVENTS` still
+    held (values reported only before it were gone; None: it restored, or the stream
+    was empty)."""
     next_due_ts: float | None = None
     """No deadline pending in the records this status covers comes before this (epoch
     seconds; None: nothing pending, or `checkpoint` < 2).  A restart places a restored

@@ -277,6 +277,25 @@ def snapshot_host(subject: str) -> str:
     return untoken(subject[len(SNAPSHOT_HOST_PREFIX):])
 
 
+SnapshotKind = Literal["host", "cluster", "catalog", "projector"]
+"""What a `CRR_SNAPSHOT` record is: a host record, the cluster record, the catalog in
+force, or a projector's status (one per partition)."""
+
+
+def snapshot_kind(subject: str) -> SnapshotKind | None:
+    """The kind of record a `CRR_SNAPSHOT` subject holds; None for any other subject (the
+    lease, or one this crr does not know).  Every reader of the snapshot routes by this."""
+    if subject.startswith(SNAPSHOT_HOST_PREFIX):
+        return "host"
+    if subject == SNAPSHOT_CLUSTER:
+        return "cluster"
+    if subject == SNAPSHOT_CATALOG:
+        return "catalog"
+    if is_projector_status(subject):
+        return "projector"
+    return None
+
+
 class EventAddress(NamedTuple):
     """What an event subject says: its type, the reporter and the host (None for cluster)."""
 

@@ -88,6 +88,12 @@ def floor_millis(t: float) -> float:
     return from_millis(math.floor(t * 1000))
 
 
+def format_time_whole(t: float) -> str:
+    """RFC 3339 UTC in whole seconds, rounded down (`2026-12-02T14:00:00Z`): for readers
+    that want no fraction (NFD's `# +expiry-time=`); never later than `t`."""
+    return datetime.fromtimestamp(math.floor(t), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def format_time_precise(t: float) -> str:
     """RFC 3339 UTC with microseconds (`crr events export` lines, where `ts` is exact)."""
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

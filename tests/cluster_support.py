@@ -14,7 +14,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
+from nats.aio.client import Client
+
 from bus.server import NatsServer
+from schemas.subjects import EVENTS_STREAM, SNAPSHOT_STREAM
 
 CLUSTER_NAME = "crr"
 
@@ -97,3 +100,16 @@ class NatsCluster:
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+async def all_replicas_current(nc: Client) -> bool:
+    """Both streams have a leader and every replica is current with no lag."""
+    js = nc.jetstream()
+    for stream in (EVENTS_STREAM, SNAPSHOT_STREAM):
+        info = await js.stream_info(stream)
+        if info.cluster is None or not info.cluster.leader:
+            return False
+        reps = info.cluster.replicas or []
+        if len(reps) != 2 or any(r.offline or not r.current or (r.lag or 0) > 0 for r in reps):
+            return False
+    return True

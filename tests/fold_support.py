@@ -6,7 +6,8 @@ import json
 from typing import Any
 
 from projections.envelope import Envelope
-from projections.state import ProjectionState, host_snapshot
+from projections.record.snapshot import host_snapshot
+from projections.state import ProjectionState
 from schemas.catalog import Catalog
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import encode

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from nats.aio.client import Client
 
-from ops.rest.app import Api, bind, create_app, serve
+from ops.rest.app import Api, create_app
+from ops.rest.server import bind, serve
 from ops.services.projector import Projector
 from ops.services.view import SchedulerView
 from tests.projector_support import running_projector

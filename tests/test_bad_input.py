@@ -177,7 +177,7 @@ def test_missing_auth_extra_is_a_one_line_hint(
     assert code == 1
     line = _one_error_line(err, argv[0])
     assert line.endswith("nkeys is not installed (nkey credentials need the auth extra): "
-                         "pip install 'crr[auth]'"), line
+                         "pip install 'crr-reporting[auth]'"), line
     assert not out.exists()
 
 
@@ -191,5 +191,5 @@ def test_nkey_credentials_without_nkeys_are_one_line(
     code = main(["hosts", "--server", "nats://127.0.0.1:1", "--creds", str(seed)])
     line = _one_error_line(capsys.readouterr().err, "hosts")
     assert code == 1
-    assert "pip install 'crr[auth]'" in line
+    assert "pip install 'crr-reporting[auth]'" in line
     assert os.fspath(seed) in line

@@ -6,7 +6,9 @@ flag (what `bus.retry` reads) and that the nats-py error stays in `__cause__`.
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import time
 
 import nats.errors
 import nats.js.errors
@@ -19,6 +21,7 @@ from bus.connection import connect, open_connection
 from bus.errors import NO_STREAMS, describe, from_nats, nats_errors
 from bus.outbox import Outbox
 from schemas import errors as tree
+from schemas.errors import NotNatsServerError
 
 
 async def _stream(nc: Client, name: str) -> None:
@@ -180,3 +183,35 @@ def test_jetstream_api_errors_by_code(code: int, err_code: int | None,
                                                description="x"))
     assert type(mapped) is cls
     assert mapped.retriable is retriable
+
+
+async def _listener(answer: bytes | None) -> tuple[asyncio.Server, int]:
+    """A TCP server on a free loopback port that says `answer` on accept (None: nothing)."""
+    async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if answer is not None:
+            writer.write(answer)
+            await writer.drain()
+            writer.close()
+        else:
+            await reader.read()  # says nothing; waits for the client to give up
+
+    server = await asyncio.start_server(on_client, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+@pytest.mark.parametrize(("answer", "said"), [
+    (b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", "got 'HTTP/1.1 400 Bad Request'"),
+    (b"", "it closed the connection without a word"),
+])
+async def test_a_port_that_is_not_nats_is_said_as_such(answer: bytes, said: str) -> None:
+    """A URL pointing at another kind of server (a typo'd port): one clear, non-retriable
+    error naming what answered, after the first attempt — not a bare timeout after the
+    whole retry budget (26 s)."""
+    server, port = await _listener(answer)
+    async with server:
+        started = time.monotonic()
+        with pytest.raises(NotNatsServerError) as caught:
+            await open_connection(f"nats://127.0.0.1:{port}", attempts=5)
+        assert time.monotonic() - started < 8.0
+    assert f"nats://127.0.0.1:{port} is not a NATS server ({said}" in str(caught.value)
+    assert not caught.value.retriable

@@ -25,7 +25,8 @@ from projections.checkpoint import (
 )
 from projections.envelope import Envelope
 from projections.fold import apply, expire, fold, next_deadline
-from projections.state import ProjectionState, cluster_snapshot, host_snapshot
+from projections.record.snapshot import cluster_snapshot, host_snapshot
+from projections.state import ProjectionState
 from schemas.catalog_loader import catalog_from_wire
 from schemas.codec import encode
 from schemas.events import Forget

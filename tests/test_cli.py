@@ -94,6 +94,28 @@ def test_catalog_apply_report_hosts(
     assert "scratch_free" in shown["resources"]
 
 
+def test_catalog_apply_into_streams_set_up_otherwise(
+    nats_server: NatsServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`crr catalog apply` publishes into streams a projector created with other settings
+    (here a 48 h retention; `--replicas 3` on a cluster is the same case) instead of
+    failing on its own defaults, and leaves those settings as they were."""
+    async def setup() -> None:
+        async with connect(nats_server.url) as nc:
+            await provision(nc, StreamSettings(events_max_age=48 * 3600.0))
+
+    async def max_age() -> float:
+        async with connect(nats_server.url) as nc:
+            return float((await nc.jetstream().stream_info("CRR_EVENTS")).config.max_age or 0)
+
+    asyncio.run(setup())
+    cat = tmp_path / "resources.yaml"
+    cat.write_text(FAST_CATALOG_YAML)
+    assert main(["catalog", "apply", str(cat), "--server", nats_server.url]) == 0
+    assert "published" in capsys.readouterr().out
+    assert asyncio.run(max_age()) == 48 * 3600.0
+
+
 def test_huge_report_is_a_clear_error(
     nats_server: NatsServer, capsys: pytest.CaptureFixture[str]
 ) -> None:

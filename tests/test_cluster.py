@@ -18,9 +18,9 @@ from bus.outbox import Outbox
 from bus.streams import StreamSettings, provision
 from ops.services.projector import Projector
 from producers.simulator import SimulatedHost, publish_round, simulated_hosts
-from schemas.subjects import EVENTS_STREAM, SNAPSHOT_STREAM
+from schemas.subjects import EVENTS_STREAM
 from schemas.wire_time import format_time
-from tests.cluster_support import NatsCluster
+from tests.cluster_support import NatsCluster, all_replicas_current
 from tests.fault_support import caught_up, eventually, stored_events
 from tests.projector_support import FAST_CATALOG, publish_catalog
 from tests.test_faults import REPORTERS, assert_no_duplicate_events
@@ -28,19 +28,6 @@ from tests.test_faults import REPORTERS, assert_no_duplicate_events
 pytestmark = pytest.mark.slow
 
 R3 = StreamSettings(replicas=3)
-
-
-async def all_replicas_current(nc: Client) -> bool:
-    """Both streams have a leader and every replica is current with no lag."""
-    js = nc.jetstream()
-    for stream in (EVENTS_STREAM, SNAPSHOT_STREAM):
-        info = await js.stream_info(stream)
-        if info.cluster is None or not info.cluster.leader:
-            return False
-        reps = info.cluster.replicas or []
-        if len(reps) != 2 or any(r.offline or not r.current or (r.lag or 0) > 0 for r in reps):
-            return False
-    return True
 
 
 async def events_leader(cluster: NatsCluster, nc: Client) -> int:

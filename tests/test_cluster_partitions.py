@@ -45,10 +45,9 @@ from schemas.subjects import (
     untoken,
 )
 from schemas.wire_time import format_time
-from tests.cluster_support import NatsCluster, NodeIndex
+from tests.cluster_support import NatsCluster, NodeIndex, all_replicas_current
 from tests.fault_support import CrrProcess, eventually, stored_events
 from tests.projector_support import FAST_CATALOG, publish_catalog
-from tests.test_cluster import all_replicas_current
 from tests.test_faults import REPORTERS, assert_no_duplicate_events
 
 pytestmark = pytest.mark.slow

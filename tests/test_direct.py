@@ -1,4 +1,4 @@
-"""bus.direct: a pipelined publisher's acks handled as read, a status through nats-py's path."""
+"""bus.natspy.parser: a pipelined publisher's acks handled as read, a status the usual way."""
 
 from __future__ import annotations
 
@@ -6,14 +6,17 @@ import asyncio
 import contextlib
 
 import nats.js.errors
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from nats.aio.client import Client
 from nats.js.api import StreamConfig
 from nats.protocol.parser import Parser
 
-from bus import direct
+from bus.natspy import parser as direct
 from bus.pipeline_publish import PipelinePublisher
+
+pytestmark = pytest.mark.usefixtures("fast_paths_on")  # compares with nats-py itself
 
 
 async def test_acks_are_handled_as_read_and_counted(nc: Client) -> None:

@@ -7,7 +7,8 @@ import json
 import msgspec
 
 from projections.fold import Changes, apply, expire, fold, next_deadline
-from projections.state import ProjectionState, cluster_snapshot, host_names
+from projections.record.snapshot import cluster_snapshot, host_names
+from projections.state import ProjectionState
 from schemas.catalog import Catalog
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import encode

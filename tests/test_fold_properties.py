@@ -9,10 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import projections.fold
-import projections.state
+import projections.record.snapshot
 from projections.envelope import Envelope
 from projections.fold import apply, expire, fold
-from projections.state import HEAP_FLOOR, ProjectionState, cluster_snapshot, compact_heap
+from projections.record.snapshot import cluster_snapshot
+from projections.state import HEAP_FLOOR, ProjectionState, compact_heap
 from schemas.catalog_loader import load_catalog_text
 from schemas.codec import encode
 from schemas.subjects import event_subject
@@ -34,6 +35,11 @@ CATALOG_B = load_catalog_text(
              "")
 )
 """A second catalog: datasets lives shorter, scratch_total is gone."""
+
+CATALOG_C = load_catalog_text(
+    CATALOG_YAML.replace("scope: host, reporter: datasets,", "scope: host, reporter: site,"))
+"""A third: the string set `datasets` is one of `site`'s three resources, so a report of
+some of them takes the partial fast path with a set to sort (`ReporterPlan.partial`)."""
 
 HOSTS = ["n1", "n2", "n3"]
 VALUES: dict[str, list[Any]] = {
@@ -83,7 +89,8 @@ def events(draw: st.DrawFn) -> list[Envelope]:
         elif kind == "garbage":
             out.append(raw_env(seq, t, event_subject("report", "scratch", host), b"{oops"))
         else:
-            out.append(catalog_env(seq, t, draw(st.sampled_from([CATALOG_OBJ, CATALOG_B]))))
+            catalog = draw(st.sampled_from([CATALOG_OBJ, CATALOG_B, CATALOG_C]))
+            out.append(catalog_env(seq, t, catalog))
     return out
 
 
@@ -96,7 +103,7 @@ def stale_set(state: ProjectionState) -> set[tuple[str, str]]:
     """(host, resource) pairs whose value is stale."""
     out = set()
     for h in state.hosts:
-        for name, v in projections.state.host_snapshot(state, h).values.items():
+        for name, v in projections.record.snapshot.host_snapshot(state, h).values.items():
             if v.state == "stale":
                 out.add((h, name))
     return out
@@ -154,9 +161,25 @@ def test_fast_path_agrees_with_value_by_value_path(evs: list[Envelope], extra: f
     """The typed-decode fast path gives the same bytes as checking each value on its own."""
     now = evs[-1].received_at + extra
     fast = fold(evs, now=now)
-    with mock.patch.object(projections.fold, "_fast_report", return_value=False):
+    with mock.patch.object(projections.fold, "fast_report", return_value=False):
         slow = fold(evs, now=now)
     assert snapshot_bytes(fast) == snapshot_bytes(slow)
+
+
+def test_partial_fast_path_agrees_on_a_set_to_sort() -> None:
+    """A report of some of a reporter's resources (`ReporterPlan.partial`) with a set to
+    sort and de-duplicate, beside one with an invalid value and one of the whole set:
+    the same bytes as the value-by-value path, and the set stored sorted."""
+    evs = [catalog_env(1, T0, CATALOG_C),
+           report_env(2, T0 + 1, "site", "n1", {"datasets": ["imagenet", "c4", "c4"]}),
+           report_env(3, T0 + 2, "site", "n2", {"site_ok": True, "datasets": ["b", "a"]}),
+           report_env(4, T0 + 3, "site", "n3", {"site_ok": 1, "datasets": ["z"]}),
+           report_env(5, T0 + 4, "site", "n3", {"site_state": "up", "bogus": 1})]
+    fast = fold(evs, now=T0 + 5)
+    with mock.patch.object(projections.fold, "fast_report", return_value=False):
+        slow = fold(evs, now=T0 + 5)
+    assert snapshot_bytes(fast) == snapshot_bytes(slow)
+    assert b'"value":["c4","imagenet"]' in snapshot_bytes(fast)[0]["n1"]
 
 
 @SETTINGS

@@ -17,7 +17,7 @@ from projections.freshness import (
     projector_liveness,
     value_state,
 )
-from projections.host_table import ABSENT, FRESH, NULL, STALE, entry_code
+from projections.record.codes import ABSENT, FRESH, NULL, STALE, entry_code
 from schemas.events import Pool
 from schemas.snapshot import (
     AsOf,

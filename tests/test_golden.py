@@ -10,7 +10,8 @@ catalog from before a reporter's `tty`: they must still decode.
 (numeric time twins, `rejected_total`, `missing`, the status's catalog and
 start): they decode with those fields' defaults.
 `projector_status.before_next_due.json` is a status of checkpoint format 1, from
-before `next_due_ts`.
+before `next_due_ts`.  `forget.reporter.json` is a Forget of one reporter's row, the
+field added after `forget.json`'s whole-host Forget, which keeps its bytes.
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ SAMPLES: dict[str, type[Any]] = {
     "cluster_snapshot": ClusterSnapshot,
     "projector_status": ProjectorStatus,
     "projector_status.partition": ProjectorStatus,
+    "projector_status.rebuilding": ProjectorStatus,
     "deadletter": DeadLetter,
     "forget": Forget,
+    "forget.reporter": Forget,
 }
 
 
@@ -81,6 +84,21 @@ def test_status_from_before_next_due_decodes() -> None:
     assert (old.checkpoint, old.next_due_ts) == (1, None)
     assert (new.checkpoint, new.next_due_ts) == (2, 1800000045.5)
     assert msgspec.structs.replace(new, checkpoint=1, next_due_ts=None) == old
+
+
+def test_status_from_before_rebuild_progress_decodes() -> None:
+    """A status written before `phase`/`progress`/`retained_from` decodes as not
+    rebuilding, otherwise equal to today's sample; a rebuilding one carries its progress."""
+    old = decode((GOLDEN / "projector_status.before_rebuild.json").read_bytes(), ProjectorStatus)
+    new = decode((GOLDEN / "projector_status.json").read_bytes(), ProjectorStatus)
+    assert (old.phase, old.progress, old.retained_from) == ("", None, None)
+    assert old == new
+    rebuilding = decode((GOLDEN / "projector_status.rebuilding.json").read_bytes(),
+                        ProjectorStatus)
+    assert rebuilding.phase == "rebuilding"
+    assert rebuilding.progress is not None
+    assert (rebuilding.progress.folded, rebuilding.progress.to_fold) == (800, 2000)
+    assert rebuilding.last_seq == 0
 
 
 @pytest.mark.parametrize(("name", "type_"), [("host_snapshot", HostSnapshot),
@@ -135,3 +153,14 @@ def test_catalog_rejects_unknown_fields() -> None:
     data = (GOLDEN / "catalog.json").read_bytes().replace(b'"version":1', b'"version":1,"x":1')
     with pytest.raises(msgspec.ValidationError):
         msgspec.json.decode(data, type=Catalog)
+
+
+def test_forget_of_one_reporter_adds_a_field_only() -> None:
+    """A whole-host Forget has no `reporter` on the wire (old bytes, old readers); the
+    one-reporter Forget differs from it by that field alone."""
+    whole = decode((GOLDEN / "forget.json").read_bytes(), Forget)
+    one = decode((GOLDEN / "forget.reporter.json").read_bytes(), Forget)
+    assert whole.reporter is msgspec.UNSET
+    assert b"reporter" not in encode(whole)
+    assert one.reporter == "nosuch"
+    assert msgspec.structs.replace(one, reporter=msgspec.UNSET) == whole

@@ -8,17 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections.host_table import (
-    ABSENT,
-    FRESH,
-    MAX_KNOWN_SETS,
-    MAX_MEMBER_COLUMNS,
-    NULL,
-    STALE,
-    HostTable,
-    _string_set,
-    _string_sets,
-)
+from projections.host_table import HostTable
+from projections.host_table.bulk_values import MAX_KNOWN_SETS, string_set, string_sets
+from projections.host_table.column import MAX_MEMBER_COLUMNS
+from projections.record.codes import ABSENT, FRESH, NULL, STALE
 from projections.validation import normalize
 from schemas.catalog import Catalog
 from schemas.codec import encode
@@ -372,12 +365,12 @@ def test_load_many_hosts_and_set_catalog() -> None:
        st.integers(0, 60))
 def test_string_sets_equal_one_by_one_and_share_equal_arrays(raw: list[object],
                                                              cut: int) -> None:
-    """`_string_sets` (the bulk path; two calls sharing their known sets, as a load's chunks
-    do) gives what `_string_set` gives value by value, and equal arrays of strings get one
+    """`string_sets` (the bulk path; two calls sharing their known sets, as a load's chunks
+    do) gives what `string_set` gives value by value, and equal arrays of strings get one
     frozenset between them."""
     known: dict[tuple[str, ...], frozenset[str]] = {}
-    sets = _string_sets(raw[:cut], known) + _string_sets(raw[cut:], known)
-    assert sets == [_string_set(v) for v in raw]
+    sets = string_sets(raw[:cut], known) + string_sets(raw[cut:], known)
+    assert sets == [string_set(v) for v in raw]
     if all(type(v) is list or v is None for v in raw[:cut]) and all(
             type(v) is list or v is None for v in raw[cut:]) and all(
             s is not None for v, s in zip(raw, sets, strict=True) if v is not None):
@@ -393,7 +386,7 @@ def test_the_known_sets_stay_bounded() -> None:
     known: dict[tuple[str, ...], frozenset[str]] = {}
     for start in range(0, 3 * MAX_KNOWN_SETS, 1000):
         raw = [[str(i)] for i in range(start, start + 1000)]
-        assert _string_sets(raw, known) == [frozenset(v) for v in raw]
+        assert string_sets(raw, known) == [frozenset(v) for v in raw]
         assert len(known) <= MAX_KNOWN_SETS
 
 

@@ -8,6 +8,9 @@
 - No import cycle between crr modules, counting every import: those under
   `TYPE_CHECKING` and inside functions hide a cycle from the interpreter, not from
   a reader.
+- The bus is the port: no module outside `bus/` imports `nats` (nats-py); services take a
+  `bus.connection.Connection` and call `bus/` (`bus.jetstream`, the readers, the
+  publishers), whose errors are the error tree (tests may use nats-py directly).
 - Every `crr.v1…` subject string and the `Nats-Msg-Id` header name are spelled out
   only in `schemas/subjects.py`; RFC 3339 text is parsed and formatted only in
   `schemas/wire_time.py`.
@@ -131,6 +134,15 @@ def test_no_import_cycles() -> None:
     assert cycles == []
 
 
+def test_only_the_bus_imports_nats() -> None:
+    """An import of `nats` (module level, TYPE_CHECKING or inside a function) outside `bus/`
+    is a service talking to NATS past the port."""
+    bad = [f"{MODULES[name].relative_to(ROOT)}:{line} imports {module}"
+           for name, tree in TREES.items() if not name.startswith("bus.")
+           for line, module in _imports(tree) if module.split(".")[0] == "nats"]
+    assert bad == []
+
+
 @pytest.mark.parametrize(("needle", "home"), [
     ("crr.v1", "schemas/subjects.py"),
     ("Nats-Msg-Id", "schemas/subjects.py"),
@@ -164,3 +176,4 @@ def test_the_checks_see_what_they_look_for() -> None:
     assert any(isinstance(n, ast.Attribute) and n.attr == "fromisoformat"
                for n in ast.walk(TREES["schemas.wire_time"]))
     assert ("schemas.subjects" in {m for _, m in _imports(TREES["projections.fold"])})
+    assert "nats.js.client" in {m for _, m in _imports(TREES["bus.jetstream"])}

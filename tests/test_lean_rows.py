@@ -1,7 +1,7 @@
 """Lean rows of HostTable (the scheduler view's read path) equal the full decode of the records.
 
 The view used to decode every record into a `HostSnapshot` and keep it; it
-now lean-decodes (`schemas.snapshot_lean`) and keeps the bytes.  On the same
+now lean-decodes (`projections.record.body.lean_decoder`) and keeps the bytes.  On the same
 records, `get()`, `explain`, `select` and every column must be what the full
 decode gives — with and without the numeric `expires_ts` twins.
 """
@@ -18,12 +18,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections import host_table
 from projections.host_table import HostTable
+from projections.host_table import table as table_module
+from projections.record.columns import columns_of
+from projections.record.packing import pack
 from projections.select import compile_select, explain
 from schemas.codec import DECODERS, encode
 from schemas.snapshot import HostSnapshot
-from schemas.snapshot_lean import columns_of
 from schemas.wire_time import expires_seconds, format_time
 from tests.select_support import CATALOG, NOW, host_snapshot
 from tests.test_host_table import _SNAPSHOTS, _assert_same_table, _without_twins
@@ -86,7 +87,7 @@ def test_lean_rows_equal_the_full_decode(snaps: list[HostSnapshot], bulk: bool,
     lean = HostTable(CATALOG)
     if bulk:
         full.load(_full(r) for r in records)
-        with mock.patch.object(host_table, "LOAD_CHUNK", chunk):
+        with mock.patch.object(table_module, "LOAD_CHUNK", chunk):
             _load(lean, records)
     else:
         for r in records:
@@ -95,7 +96,7 @@ def test_lean_rows_equal_the_full_decode(snaps: list[HostSnapshot], bulk: bool,
     hosts = sorted({s.host for s in snaps})
     _assert_same_table(lean, full, strict_pool=False, same_docs=False)
     _assert_same_answers(lean, full, [*hosts, "absent-host"])
-    with mock.patch.object(host_table, "LOAD_CHUNK", chunk):
+    with mock.patch.object(table_module, "LOAD_CHUNK", chunk):
         lean.set_catalog(CATALOG)  # rebuilt from the kept bytes
     _assert_same_table(lean, full, strict_pool=False, same_docs=False)
 
@@ -229,7 +230,7 @@ def test_packing_keeps_the_answers_and_skips_rows_that_changed() -> None:
     assert sorted(row for row, _ in batch) == [0, 1, 2, 3, 4]  # (newest first)
     newer = encode(host_snapshot("h2", {"free": 42.0}))
     _upsert(table, newer)
-    assert table.packed(batch, [host_table.pack(raw) for _, raw in batch]) == 4
+    assert table.packed(batch, [pack(raw) for _, raw in batch]) == 4
     assert table.unpacked_count == 1
     for i in (0, 1, 3, 4):
         assert table.record(f"h{i}") == records[i]
@@ -270,7 +271,7 @@ def test_batches_equal_upserts_one_by_one(batches: list[list[HostSnapshot]], rem
             col = table.column("tags")
             assert col is not None
             col.member(member)
-    with mock.patch.object(host_table, "SMALL_BATCH", 1):
+    with mock.patch.object(table_module, "SMALL_BATCH", 1):
         for i, snaps in enumerate(batches):
             records = [_with_twins(encode(s)) if twins else encode(s) for s in snaps]
             headers = [_columns(r, columns, k) if twins else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import httpx
@@ -20,6 +21,10 @@ from bus.server import NatsServer
 from ops.cli import main
 from ops.services.liveness import SILENT_AFTER_ENV
 from schemas.catalog_loader import load_catalog_text
+from schemas.codec import encode
+from schemas.snapshot import ProjectorStatus, RebuildProgress
+from schemas.subjects import status_subject
+from schemas.wire_time import format_time
 from tests.fault_support import eventually
 from tests.projector_support import publish_catalog, publish_report, running_projector
 from tests.rest_support import served_api
@@ -191,3 +196,45 @@ async def test_healthz_says_when_nats_is_unreachable(nats_server: NatsServer) ->
                 return (await http.get("/healthz")).status_code == 200
 
             await eventually(up, 20, "/healthz 200 again once NATS is back")
+
+
+async def test_every_surface_tells_a_rebuilding_projector(
+    nc: Client, nats_url: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A projector that folds the retained history (its status says `rebuilding`, with
+    progress): `/healthz` is 503 `projector_rebuilding`, and the CLI's listings, `crr
+    health` and the page's liveness event say how far it is."""
+    server = ["--server", nats_url]
+    await publish_catalog(nc, load_catalog_text(SHORT_YAML))
+    async with running_projector(nc, status_interval=0.2) as projector:
+        seq = await publish_report(nc, "scratch", "node1", {"scratch_free": 812.5})
+        await projector.wait_until(seq, 10)
+    # What a projector writes while rebuilding (see `ops.services.projector_start`).
+    building = ProjectorStatus(
+        last_seq=0, stream_last_seq=seq, lag=1500, last_tick=format_time(time.time()),
+        started_at=format_time(time.time()), phase="rebuilding", checkpoint=2,
+        start="rebuilt from CRR_EVENTS: first start",
+        progress=RebuildProgress(folded=500, to_fold=2000, rate=250.0, eta_s=6.0, from_seq=1))
+    await nc.jetstream().publish(status_subject(None), encode(building))
+    async with served_api(nc, silent_after=60) as rig, \
+            httpx.AsyncClient(base_url=rig.url) as http:
+
+        async def unhealthy() -> httpx.Response | None:
+            r = await http.get("/healthz")
+            return r if r.status_code == 503 else None
+
+        body = (await eventually(unhealthy, 10, "/healthz 503 while rebuilding")).json()
+        assert [p["code"] for p in body["problems"]] == ["projector_rebuilding"]
+        assert body["liveness"]["state"] == "rebuilding"
+        detail = body["liveness"]["detail"]
+        assert detail.startswith("rebuilding: folded 500 of 2000 retained event(s) (25%)")
+        assert "ETA 0:06" in detail
+        live = await sse_event(rig.url, "liveness")
+        assert live["state"] == "rebuilding"
+    code, out, err = await cli(capsys, "hosts", "--json", *server)
+    assert code == 0
+    assert json.loads(out)[0]["values"]["scratch_free"]["value"] == 812.5  # the old record
+    assert "crr hosts: warning: projector rebuilding: folded 500 of 2000" in err
+    code, out, _ = await cli(capsys, "health", *server)
+    assert code == 1
+    assert "projector: rebuilding: folded 500 of 2000" in out

@@ -1,14 +1,17 @@
-"""bus.nats_headers parses every header block exactly as nats-py's own code does."""
+"""bus.natspy.headers parses every header block exactly as nats-py's own code does."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from nats.aio.client import Client
 
-from bus import nats_headers
+from bus.natspy import headers as nats_headers
+
+pytestmark = pytest.mark.usefixtures("fast_paths_on")  # compares with nats-py itself
 
 NAME_BYTES = st.sampled_from([b"Nats-Msg-Id", b"traceparent", b"Status", b"Description", b"X",
                               b" Nats-Msg-Id ", b"Na me", b"A\x1cB", b"\x1fA", b"\xc3\xa9t\xc3\xa9",

@@ -1,4 +1,4 @@
-"""bus.ordered_direct on a real server: an ordered consumer's data messages taken as read
+"""bus.natspy.ordered_consumer on a real server: an ordered consumer's data messages taken as read
 keep nats-py's ordered-consumer guarantees — order, a gap reset, idle heartbeats, flow
 control while the handler waits, a server restart."""
 
@@ -8,16 +8,19 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from nats.aio.client import Client
 from nats.js.api import DeliverPolicy, StreamConfig
 
 from bus.connection import connect
+from bus.natspy.ordered_consumer import FLOW_WINDOW, Backlog
 from bus.ordered import OrderedReader, StoredMessage
-from bus.ordered_direct import FLOW_WINDOW, Backlog
 from bus.server import NatsServer
 from tests.fault_support import eventually
+
+pytestmark = pytest.mark.usefixtures("fast_paths_on")  # compares with nats-py itself
 
 STREAM = "ODIRECT"
 

@@ -39,7 +39,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("wheel")
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp / "dist"),
           str(ROOT)])
-    wheel = next((tmp / "dist").glob("crr-*.whl"))
+    wheel = next((tmp / "dist").glob("crr_reporting-*.whl"))
     venv = tmp / "venv"
     _run([sys.executable, "-m", "venv", str(venv)])
     _run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", str(wheel)])
@@ -56,10 +56,15 @@ def _env() -> dict[str, str]:
 
 
 def test_the_wheel_is_what_runs(installed: Path, tmp_path: Path) -> None:
-    """The fresh venv imports crr from the installed wheel, not from this source tree."""
+    """The fresh venv imports crr from the installed wheel, not from this source tree, and
+    the distribution is named `crr-reporting`."""
     out = _run([str(installed / "python"), "-c", "import ops.cli; print(ops.cli.__file__)"],
                cwd=tmp_path, env=_env()).stdout.strip()
     assert out.startswith(str(installed.parent)), out
+    name = _run([str(installed / "python"), "-c", "import importlib.metadata as m; "
+                 "print(m.distribution('crr-reporting').metadata['Name'])"],
+                cwd=tmp_path, env=_env()).stdout.strip()
+    assert name == "crr-reporting"  # the index's `crr` is another project's
 
 
 def _last_table(output: str) -> list[list[str]]:

@@ -4,6 +4,7 @@ nats-py's own `publish` for anything unusual; end to end on a real server."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 from unittest import mock
 
@@ -12,9 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nats.aio.client import Client
 
-from bus.pipeline_publish import Framer, PipelinePublisher, header_block
+from bus.natspy.framing import Framer, header_block
+from bus.pipeline_publish import PipelinePublisher
+from bus.server import NatsServer
 from bus.streams import provision
-from schemas.subjects import SNAPSHOT_STREAM, host_snapshot_subject
+from schemas.errors import NoRespondersError
+from schemas.subjects import SNAPSHOT_STREAM, event_subject, host_snapshot_subject
+from tests.fault_support import eventually
 
 _NAMES = st.one_of(st.sampled_from(["Crr-Columns", "Nats-Msg-Id", "traceparent"]),
                    st.text(min_size=0, max_size=6))
@@ -96,3 +101,81 @@ async def test_oversized_payloads_get_nats_pys_error(nc: Client, size: int) -> N
     else:
         await framer.send("crr.test.big", payload, "", None)
         await nc.flush()
+
+
+async def test_a_deleted_stream_ends_a_failing_flush_at_once(nc: Client) -> None:
+    """`flush(fail_unanswered=True)` on subjects no stream captures (a deleted stream): a
+    NoRespondersError at the first 503, well before the ack timeout, with what was in
+    flight given up (counted failed, nothing left to re-send after the stream is back)."""
+    async with PipelinePublisher(nc, ack_timeout=30.0) as pipe:
+        for i in range(20):
+            await pipe.publish(f"nostream.{i}", b"x")
+        started = time.monotonic()
+        with pytest.raises(NoRespondersError, match="no responders"):
+            await pipe.flush(60.0, fail_unanswered=True)
+        assert time.monotonic() - started < 10.0  # not the 30 s ack timeout
+        assert pipe.stats.no_responders >= 1
+        assert pipe.stats.failed == 20
+        await pipe.flush(1.0)  # nothing in flight any more
+
+
+async def test_abandon_gives_up_what_is_in_flight_and_sends_no_more(nc: Client) -> None:
+    """A writer whose flush failed writes newer data next: `abandon()` gives up what is in
+    flight (counted failed) and no re-send of it follows — an old record re-sent after
+    the new write would be left last.  (The witness: a second pipeline with the same ack
+    timeout re-sends its own unanswered message meanwhile, twice.)"""
+    seen: list[str] = []
+
+    async def count(msg: Any) -> None:
+        seen.append(msg.subject)
+
+    sub = await nc.subscribe("nostream.>", cb=count)
+    witness = PipelinePublisher(nc, ack_timeout=0.2)
+    await witness.start()
+    try:
+        async with PipelinePublisher(nc, ack_timeout=0.2) as pipe:
+            for i in range(5):
+                await pipe.publish(f"nostream.old.{i}", b"old")
+            await nc.flush()
+            assert await pipe.abandon() == 5
+            assert pipe.in_flight == 0
+            assert pipe.stats.failed == 5
+            sent = pipe.stats.resent  # re-sends made before it was abandoned (if any)
+
+            def old_copies() -> int:
+                return sum(s.startswith("nostream.old.") for s in seen)
+
+            await eventually(lambda: old_copies() == 5 + sent, 10,
+                             "every copy sent before abandon() delivered", every=0.02)
+            await witness.publish("nostream.witness", b"w")
+
+            await eventually(lambda: witness.stats.resent >= 2, 10,
+                             "the witness re-sent twice", every=0.02)
+            await nc.flush()
+            assert pipe.stats.resent == sent
+            assert old_copies() == 5 + sent
+    finally:
+        await witness.abandon()
+        await sub.unsubscribe()
+
+
+async def test_a_flush_across_a_server_restart_waits_on_the_acks_not_the_lost_pong(
+        server_and_client: tuple[NatsServer, Client]) -> None:
+    """The server is killed (`kill -9`) with a publish in flight and a flush waiting, and
+    comes back: the flush ends once the message is stored, within the ack timeout and
+    PONG_WAIT — not after the whole flush timeout waiting for the PONG of a PING the
+    dead server never answered (the projector stalled 60 s so after a server's kill)."""
+    server, nc = server_and_client
+    subject = event_subject("report", "r", "h1")
+    async with PipelinePublisher(nc, ack_timeout=1.0) as pipe:
+        await pipe.publish(subject, b"{}")
+        await pipe.flush(10.0)
+        server.kill()
+        await pipe.publish(subject, b"{}")
+        started = time.monotonic()
+        flush = asyncio.create_task(pipe.flush(30.0))
+        server.start()
+        await flush
+        assert time.monotonic() - started < 15.0  # not the 30 s flush timeout
+        assert pipe.stats.failed == 0
+        assert pipe.stats.last_seq == 2  # stored, once

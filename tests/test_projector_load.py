@@ -13,15 +13,16 @@ import tenacity
 from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
-import ops.services.projector
+import ops.services.projector_input
+from bus.natspy.ordered_consumer import FLOW_WINDOW
 from bus.ordered import OrderedReader, StoredMessage
-from bus.ordered_direct import FLOW_WINDOW
 from bus.pipeline_publish import PipelinePublisher
 from ops.cli import build_parser
 from ops.services.snapshot_writer import SnapshotWriter
 from schemas.codec import decode
 from schemas.snapshot import HostSnapshot
 from schemas.subjects import EVENTS_STREAM, event_subject, host_snapshot_subject
+from tests.conftest import PUBLIC_PATHS_FORCED
 from tests.fault_support import eventually
 from tests.projector_support import publish_catalog, read_consistent_snapshot, running_projector
 
@@ -33,6 +34,8 @@ class _Moving(Exception):
     """The consumer is still being delivered messages."""
 
 
+@pytest.mark.skipif(PUBLIC_PATHS_FORCED, reason="backpressure by messages handled is the "
+                    "flow_control fast path; CRR_NATS_FAST=0 forces nats-py's answers")
 async def test_reader_backpressure_leaves_the_backlog_in_the_stream(nc: Client) -> None:
     """A blocked handler stalls delivery (not every message is buffered); then all arrive once."""
     total = 30_000
@@ -131,7 +134,8 @@ async def test_burst_with_held_events_is_exact(
         nc: Client, nats_url: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     """Events held during a flush (reader made to wait) are folded exactly once; --verify agrees."""
-    monkeypatch.setattr(ops.services.projector, "HOLD_LIMIT", 2)  # the reader waits after 2 held
+    # The reader waits after 2 held.
+    monkeypatch.setattr(ops.services.projector_input, "HOLD_LIMIT", 2)
     gate, entered = _gate_flushes(monkeypatch)
     async with running_projector(nc) as p:
         await p.wait_until(await publish_catalog(nc))
@@ -152,6 +156,8 @@ async def test_burst_with_held_events_is_exact(
         assert "byte-identical" in out
 
 
+@pytest.mark.skipif(PUBLIC_PATHS_FORCED, reason="the bound is the fast ordered-consumer "
+                    "path's backlog; CRR_NATS_FAST=0 forces nats-py's queue")
 async def test_behind_the_projector_buffers_a_bounded_amount(
         nc: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     """A flush that cannot write (the projector falls behind): it holds at most HOLD_LIMIT
@@ -159,7 +165,7 @@ async def test_behind_the_projector_buffers_a_bounded_amount(
     waits (its stalled heartbeats unanswered) with the rest in CRR_EVENTS; once the flush
     goes on, every event is folded once, and the freed memory is given back."""
     limit = 50
-    monkeypatch.setattr(ops.services.projector, "HOLD_LIMIT", limit)
+    monkeypatch.setattr(ops.services.projector_input, "HOLD_LIMIT", limit)
     gate, entered = _gate_flushes(monkeypatch)
     hosts, rounds = 500, 24  # 12k reports, ~4 MB as stored: more than the server's first window
     async with running_projector(nc) as p:
@@ -168,7 +174,7 @@ async def test_behind_the_projector_buffers_a_bounded_amount(
         gate.clear()
         entered.clear()
         expected, last_seq = await _burst_behind_a_flush(nc, entered, hosts=hosts, rounds=rounds)
-        events = p._events
+        events = p._input.reader
         assert events is not None
         direct = events._direct
         assert direct is not None
@@ -176,8 +182,8 @@ async def test_behind_the_projector_buffers_a_bounded_amount(
         buffered = p.buffered
         await eventually(lambda: direct.stalls >= 2, 30, "another stalled heartbeat")
         assert p.buffered == buffered, "the server sent more while the projector was behind"
-        assert p._held is not None
-        assert len(p._held) == limit
+        assert p._input.held_events is not None
+        assert len(p._input.held_events) == limit
         assert 0 < events.waiting < hosts * rounds
         assert direct.backlog.peak <= FLOW_WINDOW
         gate.set()

@@ -11,9 +11,9 @@ from bus.tracing import SpanContext
 from ops.services.checkpoint_read import load_checkpoint
 from ops.services.position import Position
 from ops.services.snapshot_writer import SnapshotWriter, WrittenRecords
+from projections.record.columns import COLUMNS_HEADER
 from schemas.errors import CrrTimeoutError
 from schemas.events import DeadLetter
-from schemas.snapshot_lean import COLUMNS_HEADER
 from schemas.subjects import DEADLETTER, EVENTS_STREAM, SNAPSHOT_STREAM, host_snapshot_subject
 
 

@@ -12,13 +12,8 @@ would never rewrite the snapshot records a lost CRR_SNAPSHOT tail took away.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
 from nats.aio.client import Client
 
-from bus.connection import connect
 from bus.server import NatsServer
 from bus.streams import provision
 from ops.services.projector import Projector
@@ -28,15 +23,6 @@ from tests.fault_support import eventually
 from tests.projector_support import publish_catalog, publish_report, running_projector, stored_host
 
 HOSTS = [f"h{i}" for i in range(10)]
-
-
-@pytest.fixture
-async def server_and_client(tmp_path: Path) -> AsyncIterator[tuple[NatsServer, Client]]:
-    """A restartable server (same port and store) and a client that reconnects to it."""
-    with NatsServer(tmp_path / "store") as server:
-        async with connect(server.url, name="projector-regression-test") as nc:
-            await provision(nc)
-            yield server, nc
 
 
 async def publish_prefix(nc: Client) -> int:
@@ -137,8 +123,8 @@ async def test_no_rebuild_after_a_clean_restart(
         nc.options["crr_reconnect_listeners"].append(lambda: reconnected.append(True))
         server.stop()
         server.start()
-        await eventually(lambda: bool(reconnected) and projector._check is not None
-                         and projector._check.done(), 30, "reconnect check done")
+        await eventually(lambda: bool(reconnected) and projector._checks.task is not None
+                         and projector._checks.task.done(), 30, "reconnect check done")
         assert projector.rebuilds == 0
         assert [(await stored_host(nc, h))[0] for h in HOSTS] == stored  # nothing rewritten
         after = await publish_report(nc, "scratch", "h1", {"scratch_free": 5.0}, seq=2)

@@ -119,4 +119,4 @@ def test_missing_extra_is_a_one_line_hint(nats_url: str) -> None:
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert "pip install 'crr[prometheus]'" in lines[0]
+    assert "pip install 'crr-reporting[prometheus]'" in lines[0]

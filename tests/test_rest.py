@@ -183,6 +183,7 @@ async def test_events_stream_sends_changed_hosts(nc: Client) -> None:
 @pytest.mark.skipif(not os.path.exists(Path(sys.executable).parent / "schemathesis"),
                     reason="schemathesis is not installed in this environment")
 @pytest.mark.timeout(150)  # every operation, the status page's included, on a shared machine
+@pytest.mark.slow  # ~25 s: keeps the default suite under 5 minutes; `.ci/run` runs -m slow
 async def test_schemathesis_finds_no_server_errors(nc: Client, tmp_path: Path) -> None:
     """schemathesis against the served OpenAPI document: no 5xx, no undocumented crash."""
     async with running_api(nc) as rig:

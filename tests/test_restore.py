@@ -194,14 +194,18 @@ async def test_deleted_snapshot_stream_rebuilds_and_says_so(
     assert not restored
     assert note.startswith("rebuilt from CRR_EVENTS:"), note
     assert "not in CRR_SNAPSHOT" in note
+    assert "the fold of 19 retained event(s) from seq 1" in note, note
+    assert "values reported only before then are gone" in note, note
     after = records_of(await read_snapshot_bytes(nc))
-    # The rebuild sees only the last event per subject: the omitted values are gone (the
-    # reason the snapshot is the checkpoint), the rest is back.
-    assert set(after) == set(before)
-    assert "datasets" not in decode(after[host_snapshot_subject("node1")][1],
-                                    HostSnapshot).values
-    assert any("rebuilding from the last event per subject" in r.message
-               for r in caplog.records)
+    # The rebuild folds the whole retained history: the values later partial reports
+    # omitted are back, byte for byte as before (DESIGN §2: never the last event per
+    # subject alone).
+    assert after.keys() == before.keys()
+    assert {s: b for s, (_, b) in after.items()} == {s: b for s, (_, b) in before.items()}
+    node1 = decode(after[host_snapshot_subject("node1")][1], HostSnapshot)
+    assert node1.values["datasets"].value == ["c4", "imagenet"]
+    assert node1.values["scratch_free"].value == 10.0
+    assert any("rebuilding from CRR_EVENTS" in r.message for r in caplog.records)
 
 
 async def test_snapshot_of_another_layout_rebuilds(nc: Client) -> None:

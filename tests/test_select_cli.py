@@ -151,3 +151,16 @@ def test_sim_scheduler_jobs_file(
     assert "min 0  p50 3  p90 3  max 3" in out
     assert "zero-candidate     1 of 3" in out
 
+
+
+def test_explain_of_an_unknown_host_is_an_error_like_hosts(
+        url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`crr explain … --host nosuchhost` fails as `crr hosts nosuchhost` does (one line,
+    exit 1), not "not selected" with exit 0."""
+    assert main(["explain", "scratch_free > 15", "--host", "nosuchhost", "--server", url]) == 1
+    explain_err = capsys.readouterr().err.strip()
+    assert main(["hosts", "nosuchhost", "--server", url]) == 1
+    hosts_err = capsys.readouterr().err.strip()
+    assert explain_err.endswith("no snapshot for host(s): nosuchhost"), explain_err
+    assert hosts_err.endswith("no snapshot for host(s): nosuchhost"), hosts_err
+    assert len(explain_err.splitlines()) == 1

@@ -13,16 +13,11 @@ from hypothesis import strategies as st
 from producers.simulator import Faults, Fleet, sim_catalog
 from projections.envelope import Envelope
 from projections.fold import apply, expire
-from projections.state import (
-    ProjectionState,
-    cluster_record,
-    cluster_snapshot,
-    host_columns,
-    host_record,
-    host_snapshot,
-)
+from projections.record.body import cluster_record, host_record
+from projections.record.columns import columns_of, host_columns
+from projections.record.snapshot import cluster_snapshot, host_snapshot
+from projections.state import ProjectionState
 from schemas.codec import encode
-from schemas.snapshot_lean import columns_of
 from schemas.subjects import CATALOG
 from tests.fold_support import T0, catalog_env, report_env
 from tests.test_fold_properties import events

@@ -12,6 +12,8 @@ from schemas.errors import SubjectError
 from schemas.events import Health, Inventory, Pool, Report
 from schemas.subjects import (
     LEASE,
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_CLUSTER,
     SNAPSHOT_PROJECTOR,
     STATUS_PARTITIONS,
     EventType,
@@ -28,6 +30,7 @@ from schemas.subjects import (
     partition_event_filter,
     published_subject,
     snapshot_host,
+    snapshot_kind,
     status_partition,
     status_subject,
     subject_template,
@@ -94,6 +97,23 @@ def test_snapshot_host() -> None:
     assert snapshot_host(host_snapshot_subject("node1.dc2")) == "node1.dc2"
     with pytest.raises(SubjectError):
         snapshot_host("crr.v1.snapshot.cluster")
+
+
+@pytest.mark.parametrize(("subject", "kind"), [
+    (host_snapshot_subject("node1.dc2"), "host"),
+    (SNAPSHOT_CLUSTER, "cluster"),
+    (SNAPSHOT_CATALOG, "catalog"),
+    (status_subject(None), "projector"),
+    (status_subject(3), "projector"),
+    (LEASE, None),
+    (lease_subject(2), None),
+    (SNAPSHOT_PROJECTOR + ".x", None),
+    ("crr.v1.snapshot.other", None),
+])
+def test_snapshot_kind(subject: str, kind: str | None) -> None:
+    """Every CRR_SNAPSHOT subject routes to its record kind; the lease and unknown
+    subjects to none."""
+    assert snapshot_kind(subject) == kind
 
 
 def test_subject_template() -> None:

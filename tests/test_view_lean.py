@@ -16,11 +16,13 @@ from nats.aio.client import Client
 from bus.connection import connect
 from bus.streams import provision
 from ops.services.view import SchedulerView
-from projections.host_table import HostTable
+from projections.host_table import HostTable, bulk_fill
+from projections.host_table import table as table_module
+from projections.host_table.staging import Staged
+from projections.record.columns import COLUMNS_HEADER, columns_of
 from projections.select import compile_select, explain
 from schemas.codec import DECODERS, encode
 from schemas.snapshot import HostSnapshot
-from schemas.snapshot_lean import COLUMNS_HEADER, columns_of
 from schemas.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM, host_snapshot_subject
 from schemas.wire_time import expires_seconds
 from tests.projector_support import publish_catalog, publish_report, running_projector
@@ -130,13 +132,14 @@ async def test_columns_headers_give_the_answers_of_the_records(
     await nc.jetstream().publish(SNAPSHOT_CATALOG, encode(CATALOG))
     records = _records(0, 150, twins=True)
     fills: list[int] = []
-    fill = HostTable._fill_columns
+    fill = bulk_fill.fill_headers
 
-    def counted(self: HostTable, rows: Any, *args: Any) -> None:
+    def counted(columns: Any, codec: Any, pool: Any, rows: Any, *args: Any,
+                **kwargs: Any) -> None:
         fills.append(len(rows))
-        fill(self, rows, *args)
+        fill(columns, codec, pool, rows, *args, **kwargs)
 
-    monkeypatch.setattr(HostTable, "_fill_columns", counted)
+    monkeypatch.setattr(table_module, "fill_headers", counted)
 
     async def publish(records: list[tuple[str, bytes]], broken: range) -> int:
         seq = 0
@@ -158,13 +161,13 @@ async def test_columns_headers_give_the_answers_of_the_records(
         _assert_answers_of(view, _full_table(records))
         live = _records(140, 170, twins=True)  # (20 new hosts: states other than before)
         from_headers: list[str] = []
-        upsert = HostTable._upsert_columns
+        stage = Staged.add_header
 
-        def spied(self: HostTable, decoded: Any, data: bytes) -> None:
+        def spied(self: Staged, row: int, decoded: Any, codec: Any) -> bool:
             from_headers.append(decoded.host)
-            upsert(self, decoded, data)
+            return stage(self, row, decoded, codec)
 
-        monkeypatch.setattr(HostTable, "_upsert_columns", spied)
+        monkeypatch.setattr(Staged, "add_header", spied)
         await _wait_position(view, await publish(live, range(5, 12)))
         assert len(from_headers) == len(live) - 7  # the rest were read whole
         _assert_answers_of(view, _full_table(records + live))

@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 
 from bus.ordered import StoredMessage
 from ops.services.view import SchedulerView
-from projections import host_table
-from projections.host_table import HostTable
+from projections.host_table import HostTable, staging
 from projections.select import compile_select
 from schemas.codec import DECODERS, encode
 from schemas.snapshot import AsOf, HostSnapshot
@@ -62,7 +61,7 @@ def test_staged_records_give_the_answers_of_records_applied_at_once(
     view.subscribe(heard.append)
     at_once = HostTable(CATALOG)
     msgs = []
-    with mock.patch.object(host_table, "STAGE_LIMIT", limit):
+    with mock.patch.object(staging, "STAGE_LIMIT", limit):
         for i, (step, pending, then, twins) in enumerate(steps):
             m = _message(i + 1, step, pending, twins)
             msgs.append(m)

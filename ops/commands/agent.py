@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bus.connection import connect, display_url
-from ops.shutdown import stop_on_signals
+from ops.shutdown import STOP_EPILOG, stopping
 from producers.agent import Agent
 
 
@@ -20,7 +20,8 @@ def short_hostname() -> str:
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add `crr agent`."""
     p = sub.add_parser("agent", parents=[common],
-                       help="run the worker agent (this host's script reporters)")
+                       help="run the worker agent (this host's script reporters)",
+                       epilog=STOP_EPILOG)
     p.add_argument("--host", default=None,
                    help="host name to report as (default: the short host name)")
     p.add_argument("--reporters-dir", type=Path, default=Path(),
@@ -31,12 +32,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     """Run until SIGINT/SIGTERM; reconnects forever; leaves no script running."""
-    stop = stop_on_signals()
     host = args.host or short_hostname()
-    async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
-                       name=f"crr-agent-{host}", attempts=None) as nc:
+    async with stopping() as stop, connect(
+            args.server, creds=args.creds, tls_ca=args.tls_ca, name=f"crr-agent-{host}",
+            attempts=None) as nc:
         agent = Agent(nc, host, args.reporters_dir)
         print(f"crr agent: host {host} on {display_url(args.server)} (reporters dir "
               f"{args.reporters_dir.resolve()}); following the active catalog", flush=True)
+        stop.serving()
         await agent.run(stop)
     return 0

@@ -6,7 +6,8 @@ import argparse
 from typing import Any
 
 from bus.connection import connect, display_url
-from ops.shutdown import stop_on_signals
+from ops.shutdown import STOP_EPILOG, stopping
+from schemas.distribution import install_hint
 from schemas.errors import CrrError
 
 
@@ -17,7 +18,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                             "status page (/)",
                        epilog="/healthz is 503 (its JSON says why) when NATS is unreachable or "
                               "the projector has written no status for "
-                              "$CRR_PROJECTOR_SILENT_AFTER seconds (default 15).")
+                              "$CRR_PROJECTOR_SILENT_AFTER seconds (default 15).  "
+                              + STOP_EPILOG)
     p.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT",
                    help="address to serve on (default 127.0.0.1:8080; port 0: any)")
     p.set_defaults(func=run, serve_metrics=True)
@@ -27,16 +29,17 @@ async def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; the view follows CRR_SNAPSHOT live."""
     # Imported here: the API's dependencies (litestar, uvicorn) are only needed by `crr api`.
     try:
-        from ops.rest.app import bind, create_app, serve  # noqa: PLC0415 - optional extra
+        from ops.rest.app import create_app  # noqa: PLC0415 - optional extra
+        from ops.rest.server import bind, serve  # noqa: PLC0415 - optional extra
     except ImportError as exc:
         raise CrrError(f"`crr api` needs the api extra ({exc.name or exc} is missing): "
-                       "pip install 'crr[api]'") from None
+                       f"{install_hint('api')}") from None
     from ops.services.view import SchedulerView  # noqa: PLC0415 - keeps other commands' start-up lean
 
     sock = bind(args.listen)
-    stop = stop_on_signals()
-    async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca, name="crr-api",
-                       attempts=None) as nc:
+    async with stopping() as stop, connect(
+            args.server, creds=args.creds, tls_ca=args.tls_ca, name="crr-api",
+            attempts=None) as nc:
         view = SchedulerView(nc)
         await view.start()
         app, api = create_app(view)
@@ -44,6 +47,7 @@ async def run(args: argparse.Namespace) -> int:
         print(f"crr api: serving on http://{host}:{port}/ from {display_url(args.server)} "
               "(OpenAPI: /openapi.json, docs: /docs); /healthz is 503 until the snapshot "
               "is loaded", flush=True)
+        stop.serving()
         try:
             await serve(app, api, sock, stop)
         finally:

@@ -32,9 +32,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hosts", type=int, default=None, help="override the host count")
     p.add_argument("--out", default=".", help="directory for bench-results.json and the plot")
     p.add_argument("--skip", action="append",
-                   choices=["latency", "ramp", "max", "cold", "relay", "select", "restart"],
+                   choices=["latency", "ramp", "max", "cold", "relay", "select", "restart",
+                            "rebuild"],
                    help="leave out a phase (repeatable); the others still run (the relay "
                         "runs the latency and ramp phases that crr ran)")
+    p.add_argument("--rebuild-hosts", type=int, default=None, metavar="N",
+                   help="hosts of the rebuild phase's history (default 50000; --quick 2000)")
+    p.add_argument("--rebuild-events", type=int, default=None, metavar="N",
+                   help="reports per host in the rebuild phase's history (default 40)")
     p.add_argument("--publishers", type=int, default=None, metavar="N",
                    help="publisher processes driving the ramp, for crr and the relay alike "
                         "(default 2)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import secrets
 import sys
@@ -11,12 +12,14 @@ from typing import Any
 import msgspec
 import yaml
 
+from bus import jetstream
 from bus.catalog_watch import fetch_catalog
 from bus.connection import connect
 from bus.streams import provision
+from projections.exports import export_problems
 from schemas.catalog_loader import elim_mode_notes, load_catalog
 from schemas.codec import encode
-from schemas.errors import CrrError
+from schemas.errors import CrrError, StreamConfigError
 from schemas.subjects import (
     CATALOG,
     MSG_ID_HEADER,
@@ -40,7 +43,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 async def apply_cmd(args: argparse.Namespace) -> int:
     """Validate the file (every error at once), then publish it on crr.v1.catalog."""
-    catalog = load_catalog(args.file)
+    catalog = load_catalog(args.file, exports_check=export_problems)
     for note in elim_mode_notes(args.file):
         print(f"crr catalog: note: {note}", file=sys.stderr)
     if args.dry_run:
@@ -49,11 +52,15 @@ async def apply_cmd(args: argparse.Namespace) -> int:
         return 0
     async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
                        name="crr-catalog") as nc:
-        await provision(nc)
-        ack = await nc.jetstream().publish(
-            CATALOG, encode(catalog), headers={MSG_ID_HEADER: catalog_msg_id(secrets.token_hex(8))})
+        # Streams that exist as the projector set them up (`--replicas 3` on a cluster,
+        # another `--retention`) are published into as they are.
+        with contextlib.suppress(StreamConfigError):
+            await provision(nc)
+        seq = await jetstream.publish(
+            nc, CATALOG, encode(catalog),
+            headers={MSG_ID_HEADER: catalog_msg_id(secrets.token_hex(8))})
     print(f"published {args.file}: {len(catalog.resources)} resources, "
-          f"{len(catalog.reporters)} reporters (seq {ack.seq})")
+          f"{len(catalog.reporters)} reporters (seq {seq})")
     return 0
 
 

@@ -2,6 +2,13 @@
 
 Leaves nothing behind: the server runs in a temporary store and is stopped
 on exit (Ctrl-C or `--duration`), and every task is cancelled.
+
+It says what it shows: the server's URL and the `export NATS_URL=…` that points
+a second terminal's `crr` commands at it, and that `sim03` stops reporting on
+purpose (the example of a failure: stale values, silent reporters, STATUS
+failing).  On a terminal the table is redrawn every `--refresh`; when stdout is
+not one (a pipe, a log) only changes are printed as they happen (a host's STATUS
+or reporter states), then the table once at the end.
 """
 
 from __future__ import annotations
@@ -15,19 +22,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-from nats.aio.client import Client
-
-from bus.connection import connect
+from bus import jetstream
+from bus.connection import Connection, connect
 from bus.outbox import Outbox
 from bus.server import NatsServer
 from bus.streams import provision
 from ops.nats_auth import secure_demo_setup
+from ops.services.host_status import host_status
 from ops.services.projector import Projector
-from ops.services.snapshot_reader import read_snapshot
+from ops.services.snapshot_reader import SnapshotContents, read_snapshot
 from ops.shutdown import stop_on_signals
-from ops.table import legend, render_hosts
+from ops.table import legend, render_hosts, reporter_problems
 from producers.agent import Agent
 from producers.external import CentralRunner, ExternalReporter
 from producers.simulator import publish_round, simulated_hosts
@@ -39,6 +46,15 @@ from schemas.subjects import CATALOG
 from schemas.wire_time import format_time
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+FAILING_SIM: Final = "sim03"
+"""The simulated host that stops reporting on purpose: the demo's example of a failure."""
+FAILING_AFTER: Final = 3
+"""Rounds (2 s apart) it reports before going quiet; its values expire ~12 s in."""
+FAILURE_NOTE: Final = (
+    f"{FAILING_SIM} fails on purpose: it stops reporting after a few seconds, so from ~12 s "
+    "on its values are stale (~), its reporters silent and its STATUS failing: the demo's "
+    "example of a failure")
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -63,9 +79,10 @@ async def _simulate(outbox: Outbox, args: argparse.Namespace, stop: asyncio.Even
     catalog = load_catalog(args.catalog)
     hosts = simulated_hosts([f"sim{i:02d}" for i in range(1, args.hosts + 1)], seed=1)
     reporters = sorted({r.reporter for r in catalog.resources.values() if r.scope == "host"})
-    # sim03 goes quiet after a while so the table shows values turning stale.
+    # FAILING_SIM goes quiet after a while so the table shows values turning stale.
     while not stop.is_set():
-        live = [h for h in hosts if h.host != "sim03" or h.seq < 3 * len(reporters)]
+        live = [h for h in hosts
+                if h.host != FAILING_SIM or h.seq < FAILING_AFTER * len(reporters)]
         publish_round(outbox, live, catalog, reporters, format_time(time.time()))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 2.0)
@@ -125,18 +142,19 @@ async def run(args: argparse.Namespace) -> int:
         ep = await _start_server(args, store, sims)
         mode = " with authorization" + (" and TLS" if args.tls else "") if args.secure else ""
         print(f"crr demo: embedded nats-server at {ep.url}{mode}", flush=True)
+        print("\n".join(_intro(ep, sims, live=sys.stdout.isatty())), flush=True)
         tasks: list[asyncio.Task[Any]] = []
         try:
             async with contextlib.AsyncExitStack() as stack:
 
-                async def conn(role: str) -> Client:
+                async def conn(role: str) -> Connection:
                     return await stack.enter_async_context(connect(
                         ep.url, creds=ep.creds.get(role), tls_ca=ep.tls_ca,
                         name=f"crr-demo-{role}"))
 
                 admin = await conn("admin")
                 await provision(admin)
-                await admin.jetstream().publish(CATALOG, encode(catalog))
+                await jetstream.publish(admin, CATALOG, encode(catalog))
                 projector = Projector(await conn("projector"), status_interval=1.0)
                 tasks.append(asyncio.create_task(projector.run(stop)))
                 await asyncio.wait_for(projector.ready.wait(), 30)
@@ -156,7 +174,7 @@ async def run(args: argparse.Namespace) -> int:
                 await outbox.start()
                 stack.push_async_callback(outbox.close, 2.0)
                 tasks.append(asyncio.create_task(_simulate(outbox, args, stop)))
-                await _show(await conn("view"), catalog, args, stop)
+                await _show(await conn("view"), catalog, args, stop, live=sys.stdout.isatty())
                 stop.set()
                 for t in tasks:
                     with contextlib.suppress(asyncio.CancelledError):
@@ -169,27 +187,88 @@ async def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _show(nc: Client, catalog: Catalog, args: argparse.Namespace,
-                stop: asyncio.Event) -> None:
-    """Print the live table every --refresh seconds until stop or --duration."""
-    deadline = time.monotonic() + args.duration if args.duration else None
+def _intro(ep: _Endpoint, sims: list[str], *, live: bool) -> list[str]:
+    """What the demo shows and how to look at it from a second terminal while it runs."""
+    env = [f"export NATS_URL={ep.url}"]
+    if ep.creds.get("view"):
+        env.append(f"export NATS_CREDS={ep.creds['view']}  # read-only `view` credentials")
+    if ep.tls_ca:
+        env.append(f"export NATS_CA={ep.tls_ca}")
+    lines = ["crr demo: to use this server from a second terminal while the demo runs:",
+             *(f"    {e}" for e in env),
+             "    crr hosts; crr select 'scratch_free > 100'; crr health"]
+    if FAILING_SIM in sims:
+        lines.append(f"crr demo: {FAILURE_NOTE}")
+    if not live:
+        lines.append("crr demo: stdout is not a terminal: printing changes as they happen, "
+                     "and the table at the end")
+    return lines
+
+
+def _print_table(contents: SnapshotContents, catalog: Catalog, now: float, *,
+                 live: bool) -> None:
+    """The table of hosts × values, with its legend (and the note on the failing host)."""
     host_res = sorted(n for n, r in catalog.resources.items() if r.scope == "host")
+    table = render_hosts(list(contents.hosts.values()), contents.cluster, host_res, now=now)
+    status = contents.projector
+    print(f"crr demo — {format_time(now)}  projector seq "
+          f"{status.last_seq if status else 0}, lag {status.lag if status else 0}"
+          + ("  (Ctrl-C to stop)" if live else ""))
+    print(table)
+    print(legend(status=True))
+    if FAILING_SIM in contents.hosts:
+        print(f"note: {FAILURE_NOTE}")
+    print(flush=True)
+
+
+class _Changes:
+    """What changed since the last look, per host: its STATUS and its reporters' states."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.seen: dict[str, tuple[str, str]] = {}
+
+    def lines(self, contents: SnapshotContents, now: float) -> list[str]:
+        """One line per host that appeared or changed (`+12s sim03: ok -> failing (…)`)."""
+        out = []
+        for host in sorted(contents.hosts):
+            snap = contents.hosts[host]
+            state = (host_status(snap, now), reporter_problems(snap))
+            before = self.seen.get(host)
+            if state == before:
+                continue
+            self.seen[host] = state
+            was = "" if before is None or before[0] == state[0] else f"{before[0]} -> "
+            why = "" if state[1] == "ok" else f" ({state[1]})"
+            deliberate = " - on purpose, see above" if host == FAILING_SIM and \
+                state[0] != "ok" else ""
+            out.append(f"+{now - self.started:.0f}s {host}: {was}{state[0]}{why}{deliberate}")
+        return out
+
+
+async def _show(nc: Connection, catalog: Catalog, args: argparse.Namespace,
+                stop: asyncio.Event, *, live: bool) -> None:
+    """Until stop or --duration: on a terminal (`live`) redraw the table every --refresh
+    seconds; else print what changed, then the table once at the end."""
+    started = time.time()
+    deadline = time.monotonic() + args.duration if args.duration else None
+    changes = _Changes(started)
     while not stop.is_set():
         contents = await read_snapshot(nc)
-        table = render_hosts(list(contents.hosts.values()), contents.cluster, host_res,
-                             now=time.time())
-        if sys.stdout.isatty():
+        now = time.time()
+        if live:
             print("\x1b[2J\x1b[H", end="")
-        status = contents.projector
-        print(f"crr demo — {format_time(time.time())}  projector seq "
-              f"{status.last_seq if status else 0}, lag {status.lag if status else 0}"
-              "  (Ctrl-C to stop)")
-        print(table)
-        print(legend(status=True) + "\n", flush=True)
+            _print_table(contents, catalog, now, live=True)
+        else:
+            for line in changes.lines(contents, now):
+                print(line, flush=True)
         wait = args.refresh
         if deadline is not None:
             wait = min(wait, deadline - time.monotonic())
             if wait <= 0:
-                return
+                break
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), wait)
+    if not live:
+        print()
+        _print_table(await read_snapshot(nc), catalog, time.time(), live=False)

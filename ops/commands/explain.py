@@ -11,6 +11,7 @@ import msgspec
 from bus.connection import connect
 from ops.services.liveness import warn_unless_live
 from ops.services.view import loaded_view
+from schemas.errors import CrrError
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -31,6 +32,8 @@ async def run(args: argparse.Namespace) -> int:
     async with (connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
                         name="crr-explain") as nc,
                 loaded_view(nc) as view):
+        if args.host not in view.table:  # as `crr hosts HOST` says it: not "not selected"
+            raise CrrError(f"no snapshot for host(s): {args.host}")
         why = view.explain(args.expr, args.host)
         note = view.compile(args.expr).note
         warn_unless_live(view.projectors, "explain")

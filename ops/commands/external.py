@@ -5,7 +5,9 @@ The LSF `[all]` / license-poller pattern: one machine runs the reporter's
 values on the reporter's cluster subjects, with the reporter's own
 credentials (`--creds`, from `crr nats-config`).  The reporter comes from
 `--catalog FILE` or, by default, from the active catalog, whose changes are
-followed without a restart.
+followed without a restart.  Each report it publishes gets a line on stdout with
+the projector's verdict (`ops.services.external_reporter.CycleLog`), and each
+health change one; `--quiet` leaves only warnings and errors (stderr).
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from bus.catalog_watch import follow_catalog
-from ops.shutdown import stop_on_signals
-from producers.external import CentralRunner, ExternalReporter
+from ops import shutdown
+from ops.services.external_reporter import CycleLog, ExternalReporter
+from producers.external import CentralRunner
 from schemas.catalog_loader import load_catalog
+from schemas.errors import CrrError
 
 log = logging.getLogger("crr.external")
 
@@ -32,7 +36,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     esub.required = True
     r = esub.add_parser("run", parents=[common],
                         help="run an external reporter's command and publish its values "
-                             "on the cluster subjects")
+                             "on the cluster subjects", epilog=shutdown.STOP_EPILOG)
     r.add_argument("--reporter", required=True,
                    help="the reporter (type: external, with a command)")
     r.add_argument("--catalog", metavar="FILE", default=None,
@@ -43,6 +47,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                         "catalog file's directory with --catalog, else the current directory)")
     r.add_argument("--duration", type=float, default=None, metavar="S",
                    help="stop after S seconds (default: run until SIGINT/SIGTERM)")
+    r.add_argument("--quiet", action="store_true",
+                   help="no line per published report and health change (errors still go "
+                        "to stderr)")
     r.set_defaults(func=run)
 
 
@@ -53,13 +60,17 @@ async def _follow(central: CentralRunner) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     """Run until SIGINT/SIGTERM (or --duration); the command's group is killed on exit."""
-    stop = stop_on_signals(after=args.duration)
     catalog = load_catalog(args.catalog) if args.catalog else None
     reporters_dir = args.reporters_dir or (
         Path(args.catalog).parent if args.catalog else Path())
-    async with ExternalReporter.connect(reporter=args.reporter, url=args.server,
-                                        creds=args.creds, tls_ca=args.tls_ca) as rep:
+    async with shutdown.stopping(after=args.duration) as stop, ExternalReporter.connect(
+            reporter=args.reporter, url=args.server, creds=args.creds,
+            tls_ca=args.tls_ca) as rep:
+        cycles = None if args.quiet else CycleLog(
+            rep.nc, args.reporter, out=lambda line: print(line, flush=True))
+        rep.outbox.on_ack = cycles.acked if cycles is not None else None
         central = CentralRunner(rep, reporters_dir=reporters_dir)
+        stop.serving()
         try:
             if catalog is not None:
                 await central.apply(catalog)
@@ -74,4 +85,8 @@ async def run(args: argparse.Namespace) -> int:
                     await follow  # re-raises a CrrError of the first catalog
         finally:
             await central.stop()
+            if cycles is not None:
+                with contextlib.suppress(CrrError):  # NATS away: the lines are not the point
+                    await rep.flush(2.0)  # the `stopped` health is the last line
+                await cycles.close()
     return 0

@@ -12,6 +12,7 @@ warning on stderr when it is not live).
 `crr hosts forget HOST…` (admin role): forget decommissioned hosts
 (`ops.services.forget`): their snapshot records go, their stored events are purged,
 and the projector drops them; exit 1 for a host crr knows nothing of.
+`crr hosts forget HOST… --reporter R` forgets only R's row (values, inventory) on them.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         epilog="crr hosts forget HOST…  (admin credentials) forgets decommissioned hosts: "
                "removes their snapshot records, purges their events from CRR_EVENTS and makes "
                "the projector drop them; says what it removed, exit 1 for an unknown host. "
-               "Stop the host's agent first: its next report brings the host back.")
+               "Stop the host's agent first: its next report brings the host back. "
+               "With --reporter R only R's row (its values and inventory) goes: a reporter "
+               "taken out of the catalog, or a name that was never declared.")
     p.add_argument("hosts", nargs="*", metavar="HOST",
                    help="only these hosts (or: forget HOST…)")
     p.add_argument("-R", dest="requirement", metavar="REQ",
@@ -55,6 +58,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="a JSON array of HostSnapshot, by host")
     p.add_argument("--wait", type=float, default=10.0, metavar="SECONDS",
                    help="forget: how long to wait for the projector to apply it (default 10)")
+    p.add_argument("--reporter", metavar="R", default=None,
+                   help="forget: only this reporter's row on the host(s), not the whole host")
     p.set_defaults(func=run)
 
 
@@ -77,6 +82,8 @@ async def run(args: argparse.Namespace) -> int:
     """Print the table, the per-host blocks, or the JSON array (or forget hosts)."""
     if args.hosts[:1] == ["forget"]:
         return await _forget(args, args.hosts[1:])
+    if args.reporter is not None:
+        raise CrrError("--reporter goes with `crr hosts forget HOST… --reporter R`")
     async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
                        name="crr-hosts") as nc:
         contents = await read_snapshot(nc)
@@ -124,14 +131,19 @@ async def run(args: argparse.Namespace) -> int:
 
 async def _forget(args: argparse.Namespace, hosts: list[str]) -> int:
     """`crr hosts forget HOST…`: one line per host saying what was removed."""
-    from ops.services.forget import check, forget_host  # noqa: PLC0415 - only this sub-command needs it
+    from ops.services.forget import (  # noqa: PLC0415 - only this sub-command needs it
+        check,
+        forget_host,
+        forget_reporter,
+    )
 
     if not hosts:
         raise CrrError("hosts forget: name the host(s) to forget")
     async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
                        name="crr-hosts-forget") as nc:
         for host in hosts:
-            outcome = await forget_host(nc, host, timeout=args.wait)
+            outcome = (await forget_host(nc, host, timeout=args.wait) if args.reporter is None
+                       else await forget_reporter(nc, host, args.reporter, timeout=args.wait))
             print(outcome.describe(), flush=True)
             check(outcome, args.wait)
     return 0

@@ -34,9 +34,8 @@ import time
 from typing import Any
 
 import msgspec
-from nats.aio.client import Client
 
-from bus.connection import connect
+from bus.connection import Connection, connect
 from ops.services.replay import (
     SourceReport,
     When,
@@ -113,7 +112,7 @@ async def run(args: argparse.Namespace) -> int:
         return await _run(nc, args)
 
 
-async def _run(nc: Client | None, args: argparse.Namespace) -> int:
+async def _run(nc: Connection | None, args: argparse.Namespace) -> int:
     if args.verify:
         assert nc is not None
         return await _verify(nc, args)
@@ -200,7 +199,7 @@ def _show(args: argparse.Namespace, cap: Capture) -> int:
 # -- verify -------------------------------------------------------------------------------
 
 
-async def _verify(nc: Client, args: argparse.Namespace) -> int:
+async def _verify(nc: Connection, args: argparse.Namespace) -> int:
     statuses, live = await read_consistent_cut(nc)
     failed = False
     for status in statuses:
@@ -208,7 +207,7 @@ async def _verify(nc: Client, args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-async def _verify_one(nc: Client, args: argparse.Namespace, status: ProjectorStatus,
+async def _verify_one(nc: Connection, args: argparse.Namespace, status: ProjectorStatus,
                       live: dict[str, bytes]) -> bool:
     """Replay one projector's input (a partition's: only what it folds) and compare the
     records it writes; prints the outcome, True when identical."""
@@ -216,7 +215,7 @@ async def _verify_one(nc: Client, args: argparse.Namespace, status: ProjectorSta
     hosts = [args.host] if args.host else None
     k, n = status.partition, status.partitions or 1
     name = "the projector" if k is None else f"partition {k} of {n}"
-    if status.start_seq == 0:
+    if status.start_seq == 0 and status.checkpoint == 0:
         print(f"crr replay: note: {name} did not record its start sequence (older "
               "version); replaying the full history", file=sys.stderr)
     replay = Replay([Cut(seq=status.last_seq, now=now)], lps_upto=status.start_seq,

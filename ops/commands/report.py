@@ -4,6 +4,8 @@ By default it then waits (`--timeout`) for the projector to handle it and
 says what became of it — applied, rejected (why), dead-lettered (why) — with
 exit status 0 only when every value was applied (`ops.services.report_outcome`).
 `--no-wait` only publishes and waits for the stream's acknowledgement.
+A reporter the active catalog does not declare is refused before anything is
+published (`bus.catalog_watch.check_declared`): all its values would be rejected.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import sys
 import time
 from typing import Any
 
+from bus import jetstream
+from bus.catalog_watch import check_declared
 from bus.connection import connect
 from ops.services.report_outcome import outcome
 from schemas.codec import event_message
@@ -30,7 +34,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "report", parents=[common], help="publish one report (name=value …) and say what "
         "became of it",
         epilog="exit status: 0 when every value was applied; 1 when any was rejected, the "
-               "report\nwas dead-lettered, or no outcome came within --timeout")
+               "report\nwas dead-lettered, or no outcome came within --timeout; 1 before "
+               "publishing\nanything for a reporter the active catalog does not declare")
     p.add_argument("--reporter", required=True, help="reporter name (owner of the resources)")
     p.add_argument("--host", default=None, help="host for host-scope values (omit for cluster)")
     p.add_argument("values", nargs="+", metavar="NAME=VALUE",
@@ -69,12 +74,12 @@ async def run(args: argparse.Namespace) -> int:
     msg = event_message(report)
     async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
                        name="crr-report") as nc:
-        ack = await nc.jetstream().publish(
-            msg.subject, msg.payload, headers=msg.headers)
-        print(f"published {len(values)} value(s) on {msg.subject} (seq {ack.seq})", flush=True)
+        await check_declared(nc, args.reporter)
+        stored = await jetstream.publish(nc, msg.subject, msg.payload, headers=msg.headers)
+        print(f"published {len(values)} value(s) on {msg.subject} (seq {stored})", flush=True)
         if args.no_wait:
             return 0
-        verdict = await outcome(nc, seq=ack.seq, reporter=args.reporter, host=args.host,
+        verdict = await outcome(nc, seq=stored, reporter=args.reporter, host=args.host,
                                 observed_at=observed_at, names=list(values),
                                 timeout=args.timeout)
     for line in verdict.lines():  # what was applied on stdout, every problem on stderr

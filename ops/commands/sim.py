@@ -25,8 +25,9 @@ from typing import Any
 from bus.connection import connect
 from ops.commands import sim_reporters
 from ops.services.view import SchedulerView, loaded_view
-from projections.host_table import FRESH, HostTable
+from projections.host_table import HostTable
 from projections.percentile import percentiles
+from projections.record.codes import FRESH
 from schemas.catalog import Catalog
 from schemas.errors import CrrError, ExpressionError
 

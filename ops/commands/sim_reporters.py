@@ -28,10 +28,9 @@ import secrets
 import sys
 import time
 
-from nats.aio.client import Client
-
+from bus import jetstream
 from bus.catalog_watch import fetch_catalog
-from bus.connection import connect
+from bus.connection import Connection, connect
 from bus.pipeline_publish import PipelinePublisher
 from bus.streams import provision
 from ops.shutdown import stop_on_signals
@@ -87,11 +86,12 @@ def _check(args: argparse.Namespace) -> None:
         raise CrrError("--duration must be positive")
 
 
-async def _catalog(nc: Client, args: argparse.Namespace) -> Catalog:
+async def _catalog(nc: Connection, args: argparse.Namespace) -> Catalog:
     if args.apply_catalog:
         catalog = sim_catalog(args.resources, args.interval, args.reporters)
-        await nc.jetstream().publish(
-            CATALOG, encode(catalog), headers={MSG_ID_HEADER: catalog_msg_id(secrets.token_hex(8))})
+        await jetstream.publish(
+            nc, CATALOG, encode(catalog),
+            headers={MSG_ID_HEADER: catalog_msg_id(secrets.token_hex(8))})
         return catalog
     active = await fetch_catalog(nc)
     if active is None or not any(s.scope == "host" for s in active.resources.values()):

@@ -6,10 +6,14 @@ same types (served at `/schema/openapi.json`).  Every answer comes from the
 scheduler view's cached copy of CRR_SNAPSHOT; nothing here calls a reporter
 or the projector.
 
-Errors are RFC 9457 problem details (`application/problem+json`): a bad
-`select[]` expression is a 400 whose `detail` carries the caret message and
-`column` the 0-based offset; before the view's initial load every data
-endpoint answers 503 (never an empty, "absent" answer).
+Errors are RFC 9457 problem details (`application/problem+json`,
+`ops.rest.problems`): a bad `select[]` expression is a 400 whose `detail`
+carries the caret message and `column` the 0-based offset; before the view's
+initial load every data endpoint answers 503 (never an empty, "absent" answer).
+
+The handlers are plain methods of `Api`, which holds the app's dependencies
+(the view, the liveness threshold, the caches); `routes` says which URL each
+one serves, and `create_app` wires them (`ops.rest.server` serves the app).
 
 `/v1/events` is a server-sent event stream fed by `SchedulerView.subscribe`:
 one `host` / `cluster` / `catalog` / `projector` event per changed record
@@ -34,18 +38,15 @@ NATS is unreachable.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
-import socket
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
-import uvicorn
-from litestar import Litestar, MediaType, Request, Response, get
-from litestar.exceptions import HTTPException, NotFoundException, ValidationException
+from litestar import Litestar, MediaType, Response, get
+from litestar.exceptions import NotFoundException, ValidationException
+from litestar.handlers import HTTPRouteHandler
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Tag
@@ -54,8 +55,9 @@ from litestar.response import File, ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 from litestar.static_files import create_static_files_router
 
-from ops.rest import api_docs
+from ops.rest import api_docs, page_api
 from ops.rest.page_api import PageApi
+from ops.rest.problems import EXCEPTION_HANDLERS
 from ops.services.liveness import silent_after as configured_silent_after
 from ops.services.metrics import ViewMetrics
 from ops.services.reporter_health import ReporterHealth, reporter_rows
@@ -69,40 +71,16 @@ from projections.freshness import (
 )
 from projections.select import Explanation, Section
 from schemas.catalog import ResourceSpec
-from schemas.errors import CrrError, ExpressionError, NotReadyError, SubjectError
+from schemas.errors import NotReadyError, SubjectError
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus, ValueState
-from schemas.subjects import (
-    SNAPSHOT_CATALOG,
-    SNAPSHOT_CLUSTER,
-    SNAPSHOT_HOST_PREFIX,
-    is_projector_status,
-    snapshot_host,
-    status_partition,
-)
+from schemas.subjects import snapshot_host, snapshot_kind, status_partition
 from schemas.wire_time import format_time
 
-log = logging.getLogger("crr.api")
-
 STATIC_DIR: Final = Path(__file__).resolve().parent / "static"
-PROBLEM_JSON: Final = "application/problem+json"
 HEARTBEAT: Final = 15.0
 """Seconds between SSE comments that keep proxies from closing an idle stream."""
 LIVENESS_INTERVAL: Final = 5.0
 """Seconds between `liveness` events on `/v1/events`."""
-
-
-class Problem(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """An RFC 9457 problem detail."""
-
-    type: str = "about:blank"
-    title: str
-    status: int
-    detail: str | None = None
-    instance: str | None = None
-    expression: str | None = None
-    """For a bad `select[]` expression: the expression as given."""
-    column: int | None = None
-    """For a bad `select[]` expression: 0-based offset of the offending token."""
 
 
 class SelectResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -122,10 +100,17 @@ class SelectResult(msgspec.Struct, frozen=True, kw_only=True):
     """Says so in one line when `ignored_sections` is not empty."""
 
 
+ProblemCode = Literal["nats_unreachable", "projector_silent", "projector_absent",
+                      "projector_rebuilding"]
+_LIVENESS_PROBLEM: dict[str, ProblemCode] = {
+    "absent": "projector_absent", "silent": "projector_silent",
+    "rebuilding": "projector_rebuilding"}
+
+
 class HealthProblem(msgspec.Struct, frozen=True, kw_only=True):
     """Why `/healthz` is not 200: which part, and one line for people."""
 
-    code: Literal["nats_unreachable", "projector_silent", "projector_absent"]
+    code: ProblemCode
     detail: str
 
 
@@ -157,42 +142,6 @@ class Healthz(msgspec.Struct, frozen=True, kw_only=True):
     """The newest projector status record (for one projector: its status)."""
     projectors: list[ProjectorStatus] = msgspec.field(default_factory=list)
     """The current layout's status records: one, or one per partition in partition order."""
-
-
-def _problem(status: int, title: str, detail: str | None = None, *,
-             instance: str | None = None, **extra: Any) -> Response[Problem]:
-    return Response(Problem(title=title, status=status, detail=detail, instance=instance,
-                            **extra), status_code=status, media_type=PROBLEM_JSON)
-
-
-def _on_expression(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:
-    assert isinstance(exc, ExpressionError)
-    return _problem(400, "Bad select[] expression", exc.pretty(), instance=request.url.path,
-                    expression=exc.expression, column=exc.column,
-                    type="https://crr.invalid/problems/bad-expression")
-
-
-def _on_not_ready(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:
-    return _problem(503, "Scheduler view not ready", str(exc), instance=request.url.path)
-
-
-def _on_crr(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:
-    return _problem(400, "Bad request", str(exc), instance=request.url.path)
-
-
-def _on_http(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:
-    assert isinstance(exc, HTTPException)
-    detail = exc.detail
-    if isinstance(exc, ValidationException) and exc.extra:
-        detail = f"{detail}: {msgspec.json.encode(exc.extra).decode()}"
-    title = {400: "Bad request", 404: "Not found", 405: "Method not allowed"}.get(
-        exc.status_code, "HTTP error")
-    return _problem(exc.status_code, title, detail, instance=request.url.path)
-
-
-def _on_internal(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:
-    log.exception("internal error on %s", request.url.path, exc_info=exc)
-    return _problem(500, "Internal server error", type(exc).__name__, instance=request.url.path)
 
 
 def _current_status(view: SchedulerView, subject: str) -> ProjectorStatus | None:
@@ -260,7 +209,7 @@ class Api:
                 detail="NATS unreachable: the view is reconnecting; answers may be out of date"))
         if live.state != "live":
             problems.append(HealthProblem(
-                code="projector_absent" if live.state == "absent" else "projector_silent",
+                code=_LIVENESS_PROBLEM[live.state],
                 detail=f"projector {live.detail}"))
         return Healthz(status="unavailable" if problems else "ok", problems=problems,
                        nats="connected" if view.connected else "unreachable", liveness=live,
@@ -282,152 +231,150 @@ class Api:
         if not self.view.ready:
             raise NotReadyError("scheduler view not loaded yet: retry shortly")
 
-    def handlers(self) -> list[Any]:
-        """Every route of the API."""
+    # -- the routes' handlers (`routes` says which URL each serves) -----------------
+
+    async def hosts(
+        self,
+        resource: Annotated[list[str] | None, QueryParameter(
+            description="only hosts with a value of this resource, showing only the "
+                        "named resources (repeatable)")] = None,
+        value_state: Annotated[ValueState | None, QueryParameter(
+            name="state",
+            description="only hosts with a value in this state now (a fresh value past "
+                        "its expires_at counts as stale)")] = None,
+    ) -> list[HostSnapshot]:
+        """`GET /v1/hosts`."""
+        self._ready()
         view = self.view
-        api = self
-
-        @get("/v1/hosts", tags=["hosts"], summary="Host snapshots, sorted by host")
-        async def hosts(
-            resource: Annotated[list[str] | None, QueryParameter(
-                description="only hosts with a value of this resource, showing only the "
-                            "named resources (repeatable)")] = None,
-            value_state: Annotated[ValueState | None, QueryParameter(
-                name="state",
-                description="only hosts with a value in this state now (a fresh value past "
-                            "its expires_at counts as stale)")] = None,
-        ) -> list[HostSnapshot]:
-            api._ready()
-            now = time.time()
-            out = []
-            for name in view.table.hosts():
-                snap = view.table.get(name)
-                if snap is None:
-                    continue
-                kept = _filter_host(api.host_now(snap, now), resource, value_state)
-                if kept is not None:
-                    out.append(kept)
-            return out
-
-        @get("/v1/hosts/{host:str}", tags=["hosts"], summary="One host's snapshot")
-        async def host(
-            host: Annotated[str, PathParameter(description="the host name")],
-        ) -> HostSnapshot:
-            api._ready()
-            snap = view.table.get(host)
+        now = time.time()
+        out = []
+        for name in view.table.hosts():
+            snap = view.table.get(name)
             if snap is None:
-                raise NotFoundException(f"no snapshot for host {host!r}")
-            return api.host_now(snap, time.time())
+                continue
+            kept = _filter_host(self.host_now(snap, now), resource, value_state)
+            if kept is not None:
+                out.append(kept)
+        return out
 
-        @get("/v1/cluster", tags=["hosts"], summary="Cluster-scope values")
-        async def cluster() -> ClusterSnapshot:
-            api._ready()
-            if view.cluster is None:
-                raise NotFoundException("no cluster snapshot yet (no cluster-scope value)")
-            return cluster_at(view.cluster, time.time())
+    async def host(
+        self, host: Annotated[str, PathParameter(description="the host name")],
+    ) -> HostSnapshot:
+        """`GET /v1/hosts/{host}`."""
+        self._ready()
+        snap = self.view.table.get(host)
+        if snap is None:
+            raise NotFoundException(f"no snapshot for host {host!r}")
+        return self.host_now(snap, time.time())
 
-        @get("/v1/resources", tags=["catalog"], summary="The active catalog's resources")
-        async def resources() -> dict[str, ResourceSpec]:
-            api._ready()
-            return dict(view.catalog.resources) if view.catalog is not None else {}
+    async def cluster(self) -> ClusterSnapshot:
+        """`GET /v1/cluster`."""
+        self._ready()
+        if self.view.cluster is None:
+            raise NotFoundException("no cluster snapshot yet (no cluster-scope value)")
+        return cluster_at(self.view.cluster, time.time())
 
-        @get("/v1/reporters", tags=["health"],
-             summary="Reporter health per host, failing first")
-        async def reporters(
-            reporter: Annotated[str | None,
-                                QueryParameter(description="only this reporter")] = None,
-            failing: Annotated[bool | None, QueryParameter(
-                description="only failing (true) or only healthy (false) rows")] = None,
-        ) -> list[ReporterHealth]:
-            api._ready()
-            snaps = [s for s in (view.table.get(h) for h in view.table.hosts()) if s is not None]
-            rows = reporter_rows(snaps, view.cluster)
-            return [r for r in rows if (reporter is None or r.reporter == reporter)
-                    and (failing is None or r.failing == failing)]
+    async def resources(self) -> dict[str, ResourceSpec]:
+        """`GET /v1/resources`."""
+        self._ready()
+        catalog = self.view.catalog
+        return dict(catalog.resources) if catalog is not None else {}
 
-        @get("/v1/select", tags=["select"], summary="Hosts matching a select[] expression")
-        async def select(
-            expr: Annotated[str, QueryParameter(
-                description="the expression, bare or wrapped (scratch_free > 100), or a whole "
-                            "LSF requirement string (select[...] rusage[...] …: only the "
-                            "select section is evaluated)")],
-            explain: Annotated[bool, QueryParameter(
-                description="also explain why `host` matches or not")] = False,
-            host: Annotated[str | None, QueryParameter(
-                description="the host to explain (required with explain=true)")] = None,
-        ) -> SelectResult:
-            api._ready()
-            now = time.time()
-            compiled = view.compile(expr)
-            explanation = None
-            if explain:
-                if host is None:
-                    raise ValidationException("explain=true needs host=<name>")
-                explanation = view.explain(expr, host, now)
-            return SelectResult(expression=expr, hosts=view.select(compiled, now),
-                                at=format_time(now), at_ts=now, explanation=explanation,
-                                ignored_sections=list(compiled.ignored_sections),
-                                note=compiled.note)
+    async def reporters(
+        self,
+        reporter: Annotated[str | None,
+                            QueryParameter(description="only this reporter")] = None,
+        failing: Annotated[bool | None, QueryParameter(
+            description="only failing (true) or only healthy (false) rows")] = None,
+    ) -> list[ReporterHealth]:
+        """`GET /v1/reporters`."""
+        self._ready()
+        table = self.view.table
+        snaps = [s for s in (table.get(h) for h in table.hosts()) if s is not None]
+        rows = reporter_rows(snaps, self.view.cluster)
+        return [r for r in rows if (reporter is None or r.reporter == reporter)
+                and (failing is None or r.failing == failing)]
 
-        @get("/v1/projector", tags=["health"],
-             summary="The projector's liveness (last status age, lag) and status records")
-        async def projector() -> ProjectorInfo:
-            api._ready()
-            return ProjectorInfo(liveness=api.liveness(),
-                                 projector_position=view.projector_position,
-                                 projectors=view.projectors)
+    async def select(
+        self,
+        expr: Annotated[str, QueryParameter(
+            description="the expression, bare or wrapped (scratch_free > 100), or a whole "
+                        "LSF requirement string (select[...] rusage[...] …: only the "
+                        "select section is evaluated)")],
+        explain: Annotated[bool, QueryParameter(
+            description="also explain why `host` matches or not")] = False,
+        host: Annotated[str | None, QueryParameter(
+            description="the host to explain (required with explain=true)")] = None,
+    ) -> SelectResult:
+        """`GET /v1/select`."""
+        self._ready()
+        view = self.view
+        now = time.time()
+        compiled = view.compile(expr)
+        explanation = None
+        if explain:
+            if host is None:
+                raise ValidationException("explain=true needs host=<name>")
+            explanation = view.explain(expr, host, now)
+        return SelectResult(expression=expr, hosts=view.select(compiled, now),
+                            at=format_time(now), at_ts=now, explanation=explanation,
+                            ignored_sections=list(compiled.ignored_sections),
+                            note=compiled.note)
 
-        @get("/healthz", tags=["health"],
-             summary="200 when loaded, NATS reachable and the projector live; else 503",
-             responses={503: ResponseSpec(
-                 data_container=Healthz,
-                 description="NATS unreachable or the projector silent or absent (`problems` "
-                             "says which); a problem detail before the view is loaded")})
-        async def healthz() -> Response[Healthz]:
-            if not view.ready and not view.connected:
-                raise NotReadyError("scheduler view not loaded yet, and NATS is unreachable")
-            api._ready()
-            body = api.health(time.time())
-            return Response(body, status_code=200 if body.status == "ok" else 503)
+    async def projector(self) -> ProjectorInfo:
+        """`GET /v1/projector`."""
+        self._ready()
+        return ProjectorInfo(liveness=self.liveness(),
+                             projector_position=self.view.projector_position,
+                             projectors=self.view.projectors)
 
-        @get("/v1/events", tags=["events"], summary="Server-sent events: changed records",
-             media_type="text/event-stream")
-        async def events() -> ServerSentEvent:
-            api._ready()
-            return ServerSentEvent(api.stream())
+    async def healthz(self) -> Response[Healthz]:
+        """`GET /healthz`."""
+        if not self.view.ready and not self.view.connected:
+            raise NotReadyError("scheduler view not loaded yet, and NATS is unreachable")
+        self._ready()
+        body = self.health(time.time())
+        return Response(body, status_code=200 if body.status == "ok" else 503)
 
-        @get("/", include_in_schema=False, media_type=MediaType.HTML)
-        async def index() -> File:
-            api.page_loads += 1
-            return File(STATIC_DIR / "index.html", content_disposition_type="inline",
-                        media_type=MediaType.HTML)
+    async def events(self) -> ServerSentEvent:
+        """`GET /v1/events`."""
+        self._ready()
+        return ServerSentEvent(self.stream())
 
-        return [hosts, host, cluster, resources, reporters, select, projector, healthz, events,
-                index, *PageApi(view, self.liveness).handlers()]
+    async def index(self) -> File:
+        """`GET /`: the status page."""
+        self.page_loads += 1
+        return File(STATIC_DIR / "index.html", content_disposition_type="inline",
+                    media_type=MediaType.HTML)
+
+    # -- /v1/events ---------------------------------------------------------------
 
     def _message(self, subject: str) -> ServerSentEventMessage | None:
+        """The event a changed record on `subject` sends (None: nothing to send)."""
         view = self.view
-        if subject.startswith(SNAPSHOT_HOST_PREFIX):
-            try:
-                name = snapshot_host(subject)
-            except SubjectError:
-                return None
-            snap = view.table.get(name)
-            data = (msgspec.json.encode(self.host_now(snap, time.time())) if snap is not None
-                    else msgspec.json.encode({"host": name, "removed": True}))
-            return ServerSentEventMessage(event="host", data=data.decode())
-        if subject == SNAPSHOT_CLUSTER and view.cluster is not None:
-            return ServerSentEventMessage(
-                event="cluster",
-                data=msgspec.json.encode(cluster_at(view.cluster, time.time())).decode())
-        if subject == SNAPSHOT_CATALOG and view.catalog is not None:
-            return ServerSentEventMessage(
-                event="catalog", data=msgspec.json.encode(view.catalog.resources).decode())
-        if is_projector_status(subject):
-            status = _current_status(view, subject)
-            if status is not None:
-                return ServerSentEventMessage(event="projector",
-                                              data=msgspec.json.encode(status).decode())
+        match snapshot_kind(subject):
+            case "host":
+                try:
+                    name = snapshot_host(subject)
+                except SubjectError:
+                    return None
+                snap = view.table.get(name)
+                data = (msgspec.json.encode(self.host_now(snap, time.time()))
+                        if snap is not None
+                        else msgspec.json.encode({"host": name, "removed": True}))
+                return ServerSentEventMessage(event="host", data=data.decode())
+            case "cluster" if view.cluster is not None:
+                return ServerSentEventMessage(
+                    event="cluster",
+                    data=msgspec.json.encode(cluster_at(view.cluster, time.time())).decode())
+            case "catalog" if view.catalog is not None:
+                return ServerSentEventMessage(
+                    event="catalog", data=msgspec.json.encode(view.catalog.resources).decode())
+            case "projector":
+                status = _current_status(view, subject)
+                if status is not None:
+                    return ServerSentEventMessage(event="projector",
+                                                  data=msgspec.json.encode(status).decode())
         return None
 
     def _liveness_message(self) -> ServerSentEventMessage:
@@ -445,17 +392,18 @@ class Api:
 
         unsubscribe = self.view.subscribe(listener)
         closing = asyncio.ensure_future(self.closing.wait())
+        waiter: asyncio.Future[Literal[True]] | None = None
         loop = asyncio.get_running_loop()
         try:
             yield ServerSentEventMessage(event="hello", data=str(self.view.position))
             yield self._liveness_message()
             next_liveness = loop.time() + self.liveness_interval
             while not self.closing.is_set():
-                waiter = asyncio.ensure_future(wake.wait())
+                waiting = waiter = asyncio.ensure_future(wake.wait())
                 timeout = max(0.0, min(HEARTBEAT, next_liveness - loop.time()))
-                done, _ = await asyncio.wait({waiter, closing}, timeout=timeout,
+                done, _ = await asyncio.wait({waiting, closing}, timeout=timeout,
                                              return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
+                waiting.cancel()
                 if loop.time() >= next_liveness:
                     yield self._liveness_message()  # also keeps proxies from closing it
                     next_liveness = loop.time() + self.liveness_interval
@@ -468,8 +416,41 @@ class Api:
                     if msg is not None:
                         yield msg
         finally:
-            closing.cancel()
+            # A client that disconnects cancels this generator inside `asyncio.wait`:
+            # both waits are cancelled here, or they would be destroyed pending.
+            for fut in (closing, waiter):
+                if fut is not None:
+                    fut.cancel()
             unsubscribe()
+
+
+def routes(api: Api) -> list[HTTPRouteHandler]:
+    """Every route of the API: its URL and OpenAPI facts, and the `api` method serving it."""
+    return [
+        get("/v1/hosts", tags=["hosts"], summary="Host snapshots, sorted by host")(api.hosts),
+        get("/v1/hosts/{host:str}", tags=["hosts"], summary="One host's snapshot")(api.host),
+        get("/v1/cluster", tags=["hosts"], summary="Cluster-scope values")(api.cluster),
+        get("/v1/resources", tags=["catalog"],
+            summary="The active catalog's resources")(api.resources),
+        get("/v1/reporters", tags=["health"],
+            summary="Reporter health per host, failing first")(api.reporters),
+        get("/v1/select", tags=["select"],
+            summary="Hosts matching a select[] expression")(api.select),
+        get("/v1/projector", tags=["health"],
+            summary="The projector's liveness (last status age, lag) and status records",
+            )(api.projector),
+        get("/healthz", tags=["health"],
+            summary="200 when loaded, NATS reachable and the projector live; else 503",
+            responses={503: ResponseSpec(
+                data_container=Healthz,
+                description="NATS unreachable or the projector silent or absent (`problems` "
+                            "says which); a problem detail before the view is loaded")},
+            )(api.healthz),
+        get("/v1/events", tags=["events"], summary="Server-sent events: changed records",
+            media_type="text/event-stream")(api.events),
+        get("/", include_in_schema=False, media_type=MediaType.HTML)(api.index),
+        *page_api.routes(PageApi(api.view, api.liveness)),
+    ]
 
 
 def create_app(view: SchedulerView, *, debug: bool = False, silent_after: float | None = None,
@@ -480,7 +461,7 @@ def create_app(view: SchedulerView, *, debug: bool = False, silent_after: float 
     (default: `CRR_PROJECTOR_SILENT_AFTER`, else 15)."""
     api = Api(view, silent_after=silent_after, liveness_interval=liveness_interval)
     app = Litestar(
-        route_handlers=[*api.handlers(), *api_docs.HANDLERS,
+        route_handlers=[*routes(api), *api_docs.HANDLERS,
                         create_static_files_router(path="/static", directories=[STATIC_DIR])],
         openapi_config=OpenAPIConfig(
             # JSON only (/schema/openapi.json): Litestar's UIs load from a CDN; /docs does not.
@@ -490,50 +471,8 @@ def create_app(view: SchedulerView, *, debug: bool = False, silent_after: float 
             tags=[Tag(name="hosts"), Tag(name="select"), Tag(name="catalog"),
                   Tag(name="health"), Tag(name="events")],
         ),
-        exception_handlers={
-            ExpressionError: _on_expression,
-            NotReadyError: _on_not_ready,
-            CrrError: _on_crr,
-            HTTPException: _on_http,
-            Exception: _on_internal,
-        },
+        exception_handlers=EXCEPTION_HANDLERS,
         after_request=api.liveness_headers,
         debug=debug,
     )
     return app, api
-
-
-def bind(listen: str) -> socket.socket:
-    """A listening TCP socket for `HOST:PORT` (port 0: any free port)."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit():
-        raise CrrError(f"--listen {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:8080")
-    host = host.strip("[]") or "127.0.0.1"
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, int(port)))
-    except OSError as exc:
-        sock.close()
-        raise CrrError(f"--listen {listen}: cannot listen there: {exc.strerror or exc}") from None
-    sock.listen(128)
-    sock.setblocking(False)
-    return sock
-
-
-async def serve(app: Litestar, api: Api, sock: socket.socket, stop: asyncio.Event) -> None:
-    """Serve `app` on `sock` until `stop` is set, then close event streams and shut down."""
-    config = uvicorn.Config(app, log_level="warning", lifespan="on",
-                            timeout_graceful_shutdown=2)
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    stopping = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopping.cancel()
-        api.closing.set()
-        server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

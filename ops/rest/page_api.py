@@ -16,7 +16,7 @@
   slowest reports, with trace ids (and `trace_url`, from `CRR_TRACE_URL`)
   when tracing is on.
 
-Bad input is a 4xx problem detail (see `ops/rest/app.py`), never a 500.
+Bad input is a 4xx problem detail (see `ops/rest/problems.py`), never a 500.
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
-from typing import Annotated, Any, Final, Literal, get_args
+from typing import Annotated, Final, Literal, get_args
 
 import msgspec
 from litestar import get
 from litestar.exceptions import NotFoundException
+from litestar.handlers import HTTPRouteHandler
 from litestar.params import PathParameter, QueryParameter
 
 from ops.rest.host_query import MAX_LIMIT, HostFacts, HostPage, Summary, query
@@ -88,7 +89,8 @@ def _window(text: str, what: str) -> float:
 
 
 class PageApi:
-    """The handlers above, bound to one view (and its NATS connection for history)."""
+    """The handlers of the endpoints above, bound to one view (and its NATS connection for
+    history); `routes` says which URL each serves."""
 
     def __init__(self, view: SchedulerView,
                  live: Callable[[float], ProjectorLiveness] | None = None) -> None:
@@ -112,7 +114,7 @@ class PageApi:
             return []
         return sorted(n for n, spec in catalog.resources.items() if spec.scope == "host")
 
-    async def latency(self, since: float, top: int) -> LatencyView:
+    async def measure_latency(self, since: float, top: int) -> LatencyView:
         """The latency figures (reused for `LATENCY_TTL` s; one measurement at a time)."""
         async with self._latency_lock:
             cached = self._latency.get((since, top))
@@ -125,109 +127,127 @@ class PageApi:
             self._latency = {(since, top): (time.monotonic(), out)}
             return out
 
-    def handlers(self) -> list[Any]:
-        """The routes (added to `ops.rest.app`'s)."""
-        page = self
+    # -- the routes' handlers --------------------------------------------------------
+
+    async def host_table(  # noqa: PLR0917 - one argument per query parameter
+        self,
+        offset: Annotated[int, QueryParameter(ge=0, description="first row")] = 0,
+        limit: Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT,
+                                             description="rows per page")] = 100,
+        match: Annotated[str | None, QueryParameter(
+            max_length=512, description="host names: a glob matched whole (node1*), "
+                                        "else a case-insensitive substring")] = None,
+        status: Annotated[HostStatusName | None, QueryParameter(
+            description="only hosts with this STATUS now")] = None,
+        reporter_state: Annotated[str | None, QueryParameter(
+            description="only hosts with a reporter in this state (or `failing`: any "
+                        "failing state)")] = None,
+        sort: Annotated[str, QueryParameter(
+            description="host, status or a host-scope resource; prefix - for "
+                        "descending; hosts without the value come last")] = "host",
+        select: Annotated[str | None, QueryParameter(
+            description="a select[] expression or whole LSF requirement string: only "
+                        "the hosts it selects now")] = None,
+    ) -> HostPage:
+        """`GET /v1/host-table`."""
+        self._ready()
         view = self.view
+        now = time.time()
+        if reporter_state is not None and reporter_state not in REPORTER_STATES:
+            raise CrrError(f"unknown reporter state {reporter_state!r}: expected one of "
+                           f"{', '.join(sorted(REPORTER_STATES))}")
+        compiled = view.compile(select) if select is not None and select.strip() else None
+        selected = truth(compiled.tree, view.table, now) if compiled is not None else None
+        resources = self._resources()
+        self.facts.prune(len(view.table))
+        total, rows = query(view.table, self.facts, now, match=match, status=status,
+                            reporter_state=reporter_state, selected=selected, sort=sort,
+                            resources=resources, offset=offset, limit=limit)
+        return HostPage(total=total, hosts_total=len(view.table), offset=offset,
+                        limit=limit, sort=sort, at=now, resources=resources, rows=rows,
+                        expression=compiled.expression if compiled else None,
+                        ignored_sections=list(compiled.ignored_sections) if compiled
+                        else [], note=compiled.note if compiled else None)
 
-        @get("/v1/host-table", tags=["hosts"],
-             summary="The status page's host table: filtered, sorted, one page at a time")
-        async def host_table(  # noqa: PLR0917 - one argument per query parameter
-            offset: Annotated[int, QueryParameter(ge=0, description="first row")] = 0,
-            limit: Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT,
-                                                 description="rows per page")] = 100,
-            match: Annotated[str | None, QueryParameter(
-                max_length=512, description="host names: a glob matched whole (node1*), "
-                                            "else a case-insensitive substring")] = None,
-            status: Annotated[HostStatusName | None, QueryParameter(
-                description="only hosts with this STATUS now")] = None,
-            reporter_state: Annotated[str | None, QueryParameter(
-                description="only hosts with a reporter in this state (or `failing`: any "
-                            "failing state)")] = None,
-            sort: Annotated[str, QueryParameter(
-                description="host, status or a host-scope resource; prefix - for "
-                            "descending; hosts without the value come last")] = "host",
-            select: Annotated[str | None, QueryParameter(
-                description="a select[] expression or whole LSF requirement string: only "
-                            "the hosts it selects now")] = None,
-        ) -> HostPage:
-            page._ready()
-            now = time.time()
-            if reporter_state is not None and reporter_state not in REPORTER_STATES:
-                raise CrrError(f"unknown reporter state {reporter_state!r}: expected one of "
-                               f"{', '.join(sorted(REPORTER_STATES))}")
-            compiled = view.compile(select) if select is not None and select.strip() else None
-            selected = truth(compiled.tree, view.table, now) if compiled is not None else None
-            resources = page._resources()
-            page.facts.prune(len(view.table))
-            total, rows = query(view.table, page.facts, now, match=match, status=status,
-                                reporter_state=reporter_state, selected=selected, sort=sort,
-                                resources=resources, offset=offset, limit=limit)
-            return HostPage(total=total, hosts_total=len(view.table), offset=offset,
-                            limit=limit, sort=sort, at=now, resources=resources, rows=rows,
-                            expression=compiled.expression if compiled else None,
-                            ignored_sections=list(compiled.ignored_sections) if compiled
-                            else [], note=compiled.note if compiled else None)
+    async def summary(self) -> Summary:
+        """`GET /v1/summary` (reused for `SUMMARY_TTL` s)."""
+        self._ready()
+        view = self.view
+        now = time.time()
+        cached = self._summary
+        if cached is not None and 0 <= now - cached.at < SUMMARY_TTL:
+            return cached
+        self.facts.prune(len(view.table))
+        hosts, statuses, values, reporters = count_hosts(view.table, self.facts, now)
+        self._summary = Summary(at=now, hosts=hosts, host_status=dict(statuses),
+                                values=dict(values), reporters=dict(reporters),
+                                failing_reporters=sum(n for s, n in reporters.items()
+                                                      if s in FAILING_STATES),
+                                liveness=self.live(now), position=view.position,
+                                projector_position=view.projector_position)
+        return self._summary
 
-        @get("/v1/summary", tags=["health"],
-             summary="Counts for the status page: hosts, values, reporters, projector")
-        async def summary() -> Summary:
-            page._ready()
-            now = time.time()
-            cached = page._summary
-            if cached is not None and 0 <= now - cached.at < SUMMARY_TTL:
-                return cached
-            page.facts.prune(len(view.table))
-            hosts, statuses, values, reporters = count_hosts(view.table, page.facts, now)
-            page._summary = Summary(at=now, hosts=hosts, host_status=dict(statuses),
-                           values=dict(values), reporters=dict(reporters),
-                           failing_reporters=sum(n for s, n in reporters.items()
-                                                 if s in FAILING_STATES),
-                           liveness=page.live(now),
-                           position=view.position, projector_position=view.projector_position)
-            return page._summary
+    async def timeline(
+        self,
+        host: Annotated[str, PathParameter(description="the host name")],
+        window: Annotated[str, QueryParameter(
+            max_length=32, description="how far back from now: 15m, 1h, 6h…; at most "
+                                       "what CRR_EVENTS retains")] = "1h",
+    ) -> HostTimeline:
+        """`GET /v1/hosts/{host}/timeline`."""
+        self._ready()
+        seconds = _window(window, "window")
+        if self.view.table.get(host) is None:
+            raise NotFoundException(f"no snapshot for host {host!r}")
+        now = time.time()
+        return await read_timeline(self.view.nc, host, now - seconds, now)
 
-        @get("/v1/hosts/{host:str}/timeline", tags=["hosts"],
-             summary="A host's values and reporter states over a window (replayed history)")
-        async def timeline(
-            host: Annotated[str, PathParameter(description="the host name")],
-            window: Annotated[str, QueryParameter(
-                max_length=32, description="how far back from now: 15m, 1h, 6h…; at most "
-                                           "what CRR_EVENTS retains")] = "1h",
-        ) -> HostTimeline:
-            page._ready()
-            seconds = _window(window, "window")
-            if view.table.get(host) is None:
-                raise NotFoundException(f"no snapshot for host {host!r}")
-            now = time.time()
-            return await read_timeline(view.nc, host, now - seconds, now)
+    async def latency(
+        self,
+        since: Annotated[str, QueryParameter(
+            max_length=32, description="reports stored within this long ago (15m, 1h)"
+        )] = "15m",
+        top: Annotated[int, QueryParameter(ge=0, le=100,
+                                           description="how many slowest reports")] = 10,
+    ) -> LatencyView:
+        """`GET /v1/latency`."""
+        self._ready()
+        seconds = _window(since, "since")
+        keep = min(await retention(self.view.nc), MAX_LATENCY_WINDOW)
+        if seconds > keep:
+            raise CrrError(f"since={since} reaches beyond what can be measured "
+                           f"({keep:g} s: CRR_EVENTS retention, at most 24 h)")
+        return await self.measure_latency(seconds, top)
 
-        @get("/v1/latency", tags=["health"],
-             summary="Per reporter observed → stored → snapshot percentiles; slowest reports")
-        async def latency(
-            since: Annotated[str, QueryParameter(
-                max_length=32, description="reports stored within this long ago (15m, 1h)"
-            )] = "15m",
-            top: Annotated[int, QueryParameter(ge=0, le=100,
-                                               description="how many slowest reports")] = 10,
-        ) -> LatencyView:
-            page._ready()
-            seconds = _window(since, "since")
-            keep = min(await retention(view.nc), MAX_LATENCY_WINDOW)
-            if seconds > keep:
-                raise CrrError(f"since={since} reaches beyond what can be measured "
-                               f"({keep:g} s: CRR_EVENTS retention, at most 24 h)")
-            return await page.latency(seconds, top)
+    async def explain(
+        self,
+        expr: Annotated[str, QueryParameter(
+            description="the expression, or a whole LSF requirement string")],
+        host: Annotated[str, QueryParameter(description="the host")],
+    ) -> ExplainView:
+        """`GET /v1/explain`."""
+        self._ready()
+        found = self.view.explain(expr, host, time.time())
+        return ExplainView(explanation=found, text=found.render())
 
-        @get("/v1/explain", tags=["select"],
-             summary="Why a host matches a select[] expression or not (crr explain)")
-        async def explain(
-            expr: Annotated[str, QueryParameter(
-                description="the expression, or a whole LSF requirement string")],
-            host: Annotated[str, QueryParameter(description="the host")],
-        ) -> ExplainView:
-            page._ready()
-            found = view.explain(expr, host, time.time())
-            return ExplainView(explanation=found, text=found.render())
 
-        return [host_table, summary, timeline, latency, explain]
+def routes(page: PageApi) -> list[HTTPRouteHandler]:
+    """The page's routes (added to `ops.rest.app`'s): URL and OpenAPI facts, and the
+    `page` method serving each."""
+    return [
+        get("/v1/host-table", tags=["hosts"],
+            summary="The status page's host table: filtered, sorted, one page at a time",
+            )(page.host_table),
+        get("/v1/summary", tags=["health"],
+            summary="Counts for the status page: hosts, values, reporters, projector",
+            )(page.summary),
+        get("/v1/hosts/{host:str}/timeline", tags=["hosts"],
+            summary="A host's values and reporter states over a window (replayed history)",
+            )(page.timeline),
+        get("/v1/latency", tags=["health"],
+            summary="Per reporter observed → stored → snapshot percentiles; slowest reports",
+            )(page.latency),
+        get("/v1/explain", tags=["select"],
+            summary="Why a host matches a select[] expression or not (crr explain)",
+            )(page.explain),
+    ]

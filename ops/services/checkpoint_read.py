@@ -9,14 +9,25 @@ shared follower of compacted streams is a change of this function only.
 
 from __future__ import annotations
 
-from nats.aio.client import Client
+import logging
 
+from bus.connection import Connection
 from ops.services.replay import read_snapshot_bytes
+from schemas.subjects import SNAPSHOT_STREAM
+
+log = logging.getLogger("crr.projector")
 
 RawRecords = dict[str, tuple[int, bytes]]
 """CRR_SNAPSHOT subject -> (stream sequence, raw bytes) of its last record."""
 
 
-async def load_checkpoint(nc: Client, timeout: float = 300.0) -> RawRecords:
-    """Every record CRR_SNAPSHOT holds now (empty if the stream holds none)."""
-    return await read_snapshot_bytes(nc, timeout)
+async def load_checkpoint(nc: Connection, timeout: float = 300.0) -> RawRecords:
+    """Every record CRR_SNAPSHOT holds now (empty if the stream holds none).
+
+    Said at INFO before the read: with many hosts it takes seconds (and a restore
+    follows), which an operator watching a start-up (or a test) can tell apart."""
+    log.info("projector: reading the checkpoint (the last record per subject of %s)",
+             SNAPSHOT_STREAM)
+    records = await read_snapshot_bytes(nc, timeout)
+    log.info("projector: checkpoint read, %d record(s)", len(records))
+    return records

@@ -13,9 +13,9 @@ import asyncio
 from collections.abc import Iterable
 
 import msgspec
-from nats.aio.client import Client
 
-from bus.errors import nats_errors
+from bus import jetstream
+from bus.connection import Connection
 from bus.ordered import OrderedReader, StoredMessage
 from schemas.codec import decode
 from schemas.errors import (
@@ -60,20 +60,19 @@ def count_deadletters(letters: Iterable[DeadLetter]) -> dict[tuple[str, str | No
     return out
 
 
-async def read_deadletters(nc: Client, since: float, timeout: float = 30.0) -> list[DeadLetter]:
+async def read_deadletters(nc: Connection, since: float, timeout: float = 30.0) -> list[DeadLetter]:
     """The dead letters stored at or after `since` (epoch seconds), oldest first.
 
     Reads up to the newest dead letter at the time of the call (found first
     with one direct get), so an empty window costs one request.
     """
     try:
-        with nats_errors():
-            newest = await nc.jetstream().get_last_msg(EVENTS_STREAM, DEADLETTER)
+        newest = await jetstream.get_last(nc, EVENTS_STREAM, DEADLETTER)
     except NotFoundOnServerError as exc:
         if isinstance(exc, StreamNotFoundError):
             raise
         return []  # no dead letter at all
-    if newest.seq is None or (newest.time is not None and newest.time.timestamp() < since):
+    if not newest.seq or newest.time < since:
         return []
     letters: list[DeadLetter] = []
     done = asyncio.Event()
@@ -84,7 +83,7 @@ async def read_deadletters(nc: Client, since: float, timeout: float = 30.0) -> l
         except PayloadError:
             letters.append(DeadLetter(seq=0, subject=m.subject, reason="undecodable dead letter",
                                       payload="", received_at=""))
-        if m.seq >= (newest.seq or 0):
+        if m.seq >= newest.seq:
             done.set()
 
     reader = OrderedReader(nc, stream=EVENTS_STREAM, subject=DEADLETTER, handler=on_msg,

@@ -22,6 +22,13 @@ like every other:
 Events of the host published after S (its agent still running) bring it back,
 as they should.  Pure bookkeeping lives in the fold (`projections.fold`);
 this module is the IO.
+
+`crr hosts forget HOST --reporter R` forgets one reporter's row on the host (a
+reporter taken out of the catalog, a `rejecting` row of a name never declared):
+the same event with `reporter` set; the projector drops that row, its values and
+its inventory, and rewrites the record (or deletes it when nothing is left).
+Nothing is purged: the reporter's events stay in CRR_EVENTS until retention, and a
+rebuild folds the Forget after them, so it drops them again.
 """
 
 from __future__ import annotations
@@ -29,21 +36,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
-import json
 import socket
 import time
 import uuid
 from dataclasses import dataclass
 
-from nats.aio.client import Client
-
-from bus.errors import nats_errors
+from bus import jetstream
+from bus.connection import Connection
 from bus.ordered import OrderedReader, StoredMessage
 from projections.coverage import Coverage
 from schemas.codec import decode, encode
-from schemas.errors import CrrError, CrrTimeoutError, NotFoundOnServerError
+from schemas.errors import CrrError, CrrTimeoutError, JetStreamError, NotFoundOnServerError
 from schemas.events import Forget
-from schemas.snapshot import ProjectorStatus
+from schemas.snapshot import HostSnapshot, ProjectorStatus
 from schemas.subjects import (
     ADMIN_HOST_PREFIX,
     EVENTS_STREAM,
@@ -73,9 +78,17 @@ class ForgetOutcome:
     record_removed: bool
     """Whether the record is gone now (False: no projector applied the Forget in time)."""
     projector_position: int
+    reporter: str | None = None
+    """Set when one reporter's row was forgotten: `had_record` and `record_removed` then
+    say whether the record had that row, and whether it is gone now."""
 
     def describe(self) -> str:
         """One line for people."""
+        if self.reporter is not None:
+            row = ("row removed" if self.record_removed else "row NOT removed yet")
+            return (f"forgot reporter {self.reporter} on host {self.host}: {row} (its "
+                    f"values and inventory with it); forget recorded at {EVENTS_STREAM} seq "
+                    f"{self.forget_seq}")
         record = ("snapshot record removed" if self.had_record and self.record_removed
                   else "no snapshot record" if not self.had_record
                   else "snapshot record NOT removed yet")
@@ -88,35 +101,37 @@ def _host_filter(host: str) -> str:
     return host_history_filter(host)
 
 
-async def _has_record(nc: Client, host: str) -> bool:
+async def _record(nc: Connection, host: str) -> HostSnapshot | None:
+    """The host's snapshot record (None: no record, or its delete marker)."""
     try:
-        with nats_errors():
-            msg = await nc.jetstream().get_last_msg(SNAPSHOT_STREAM,
-                                                    host_snapshot_subject(host))
+        msg = await jetstream.get_last(nc, SNAPSHOT_STREAM, host_snapshot_subject(host))
     except NotFoundOnServerError:
-        return False
-    return bool(msg.data)
+        return None
+    return decode(msg.data, HostSnapshot) if msg.data else None
 
 
-async def _stored_events(nc: Client, host: str) -> int:
+async def _has_record(nc: Connection, host: str) -> bool:
+    return await _record(nc, host) is not None
+
+
+async def _stored_events(nc: Connection, host: str) -> int:
     """Events of `host` in CRR_EVENTS (earlier Forgets not counted)."""
-    info = await nc.jetstream().stream_info(EVENTS_STREAM, subjects_filter=_host_filter(host))
-    return sum(n for s, n in (info.state.subjects or {}).items()
+    state = await jetstream.stream_state(nc, EVENTS_STREAM, subjects=_host_filter(host))
+    return sum(n for s, n in (state.subjects or {}).items()
                if not s.startswith(ADMIN_HOST_PREFIX))
 
 
-async def _purge(nc: Client, host: str, before_seq: int) -> int:
+async def _purge(nc: Connection, host: str, before_seq: int) -> int:
     """Purge the host's events stored before `before_seq`; how many were removed."""
-    req = json.dumps({"filter": _host_filter(host), "seq": before_seq}).encode()
-    reply = await nc.request(f"$JS.API.STREAM.PURGE.{EVENTS_STREAM}", req, timeout=10)
-    body = json.loads(reply.data)
-    if "error" in body:
+    try:
+        return await jetstream.purge(nc, EVENTS_STREAM, subject=_host_filter(host),
+                                     before_seq=before_seq)
+    except JetStreamError as exc:
         raise CrrError(f"cannot purge the events of {host!r} from {EVENTS_STREAM}: "
-                       f"{body['error'].get('description', body['error'])}")
-    return int(body.get("purged", 0))
+                       f"{exc.message}") from None
 
 
-async def wait_for_position(nc: Client, seq: int, timeout: float) -> int:
+async def wait_for_position(nc: Connection, seq: int, timeout: float) -> int:
     """Follow the projector status records until CRR_SNAPSHOT covers CRR_EVENTS `seq` (or
     `timeout` passes); the position reached (0: not known)."""
     coverage = Coverage()
@@ -142,20 +157,48 @@ async def wait_for_position(nc: Client, seq: int, timeout: float) -> int:
     return coverage.position
 
 
-async def forget_host(nc: Client, host: str, *, timeout: float = 10.0) -> ForgetOutcome:
+async def _publish(nc: Connection, event: Forget) -> int:
+    """Publish `event` on its host's admin subject; its CRR_EVENTS sequence."""
+    return await jetstream.publish(
+        nc, forget_subject(event.host), encode(event),
+        headers={MSG_ID_HEADER: forget_msg_id(event.host, uuid.uuid4().hex)})
+
+
+def _who() -> str | None:
+    try:
+        return f"{getpass.getuser()}@{socket.gethostname()}"
+    except (KeyError, OSError):
+        return None
+
+
+async def forget_reporter(nc: Connection, host: str, reporter: str, *,
+                          timeout: float = 10.0) -> ForgetOutcome:
+    """Forget `reporter`'s row on `host` (see the module doc).  CrrError when the host's
+    record has no such row (naming the rows it has)."""
+    record = await _record(nc, host)
+    if record is None:
+        raise CrrError(f"unknown host {host!r}: no snapshot record")
+    if reporter not in record.reporters and reporter not in record.inventory:
+        rows = ", ".join(sorted(record.reporters)) or "none"
+        raise CrrError(f"host {host!r} has no reporter {reporter!r} (its reporters: {rows})")
+    seq = await _publish(nc, Forget(host=host, requested_at=format_time(time.time()),
+                                    by=_who(), reporter=reporter))
+    position = await wait_for_position(nc, seq, timeout)
+    after = await _record(nc, host) if position >= seq else record
+    removed = after is None or (reporter not in after.reporters
+                                and reporter not in after.inventory)
+    return ForgetOutcome(host=host, forget_seq=seq, purged=0, had_record=True,
+                         record_removed=removed, projector_position=position,
+                         reporter=reporter)
+
+
+async def forget_host(nc: Connection, host: str, *, timeout: float = 10.0) -> ForgetOutcome:
     """Forget `host` (see the module doc).  CrrError for a host crr knows nothing of."""
     had_record = await _has_record(nc, host)
     if not had_record and not await _stored_events(nc, host):
         raise CrrError(f"unknown host {host!r}: no snapshot record and no stored event")
-    try:
-        who = f"{getpass.getuser()}@{socket.gethostname()}"
-    except (KeyError, OSError):
-        who = None
-    event = Forget(host=host, requested_at=format_time(time.time()), by=who)
-    ack = await nc.jetstream().publish(
-        forget_subject(host), encode(event),
-        headers={MSG_ID_HEADER: forget_msg_id(host, uuid.uuid4().hex)})
-    seq = int(ack.seq)
+    seq = await _publish(nc, Forget(host=host, requested_at=format_time(time.time()),
+                                    by=_who()))
     purged = await _purge(nc, host, seq)
     position = await wait_for_position(nc, seq, timeout)
     removed = position >= seq and not await _has_record(nc, host)
@@ -164,7 +207,12 @@ async def forget_host(nc: Client, host: str, *, timeout: float = 10.0) -> Forget
 
 
 def check(outcome: ForgetOutcome, timeout: float) -> None:
-    """CrrTimeoutError unless the record is gone (or there was none)."""
+    """CrrTimeoutError unless the record (or the reporter's row) is gone (or there was none)."""
+    if outcome.reporter is not None and not outcome.record_removed:
+        raise CrrTimeoutError(
+            f"forgot reporter {outcome.reporter} on host {outcome.host} in {EVENTS_STREAM} "
+            f"(seq {outcome.forget_seq}) but no projector applied it within {timeout:g}s (it "
+            f"is at seq {outcome.projector_position}): the row goes when a projector runs")
     if outcome.had_record and not outcome.record_removed:
         raise CrrTimeoutError(
             f"forgot host {outcome.host} in {EVENTS_STREAM} (seq {outcome.forget_seq}, "

@@ -14,11 +14,9 @@ import asyncio
 import math
 from typing import Final
 
-from nats.aio.client import Client
-from nats.js.api import DeliverPolicy
-
-from bus.errors import nats_errors
-from bus.ordered import OrderedReader, StoredMessage
+from bus import jetstream
+from bus.connection import Connection
+from bus.ordered import Delivery, OrderedReader, StoredMessage
 from ops.services.replay import stream_range
 from projections.envelope import Envelope
 from projections.timeline import HostTimeline, replay_timeline
@@ -37,23 +35,21 @@ MAX_WINDOW_EVENTS: Final = 50_000
 READ_TIMEOUT: Final = 30.0
 
 
-async def retention(nc: Client) -> float:
+async def retention(nc: Connection) -> float:
     """CRR_EVENTS' `max_age` in seconds (+inf when unlimited); CrrError without the stream."""
     try:
-        with nats_errors():
-            info = await nc.jetstream().stream_info(EVENTS_STREAM)
+        state = await jetstream.stream_state(nc, EVENTS_STREAM)
     except NotFoundOnServerError:
         raise CrrError(f"stream {EVENTS_STREAM} does not exist (is a projector running?)"
                        ) from None
-    max_age = info.config.max_age
-    return float(max_age) if max_age else math.inf
+    return state.max_age if state.max_age else math.inf
 
 
-async def host_events(nc: Client, host: str) -> list[StoredMessage]:
+async def host_events(nc: Connection, host: str) -> list[StoredMessage]:
     """Every retained catalog event and event of `host`, in stream order."""
     out: list[StoredMessage] = []
     reader = OrderedReader(nc, stream=EVENTS_STREAM, subject=EVERYTHING, handler=out.append,
-                           deliver=DeliverPolicy.ALL,
+                           deliver=Delivery.ALL,
                            filter_subjects=[CATALOG, host_history_filter(host)])
     await reader.start()
     try:
@@ -63,7 +59,7 @@ async def host_events(nc: Client, host: str) -> list[StoredMessage]:
     return out
 
 
-async def read_timeline(nc: Client, host: str, since: float, until: float) -> HostTimeline:
+async def read_timeline(nc: Connection, host: str, since: float, until: float) -> HostTimeline:
     """The timeline of `host` over `[since, until]` (CrrError: outside retention, too many)."""
     keep = await retention(nc)
     if since < until - keep:

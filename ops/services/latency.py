@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from nats.js.api import DeliverPolicy
 
 from bus.follower import Follower
 from bus.ordered import OrderedReader, StoredMessage
@@ -33,11 +32,10 @@ from schemas.subjects import (
     EVENTS_STREAM,
     REPORTS,
     SNAPSHOT_ALL,
-    SNAPSHOT_CLUSTER,
-    SNAPSHOT_HOST_PREFIX,
     SNAPSHOT_STREAM,
     parse_event_subject,
     snapshot_host,
+    snapshot_kind,
 )
 from schemas.wire_time import expires_seconds
 
@@ -134,9 +132,10 @@ class _Collector:
         self.by_seq[m.seq] = (addr.host, ev)
 
     def snapshot(self, m: StoredMessage, *, live: bool) -> None:
-        if m.subject == SNAPSHOT_CLUSTER:
+        kind = snapshot_kind(m.subject)
+        if kind == "cluster":
             host: HostKey = None
-        elif m.subject.startswith(SNAPSHOT_HOST_PREFIX):
+        elif kind == "host":
             try:
                 host = snapshot_host(m.subject)
             except SubjectError:
@@ -240,8 +239,7 @@ async def collect(nc: Any, *, since: float, watch: float = 0.0,
     `limit` (the first ones), and how many more were left out."""
     col = _Collector(reporters=reporters, limit=limit)
     events = OrderedReader(nc, stream=EVENTS_STREAM, subject=REPORTS,
-                           handler=col.event, deliver=DeliverPolicy.BY_START_TIME,
-                           start_time=time.time() - since)
+                           handler=col.event, start_time=time.time() - since)
     await events.start()
     snaps: Follower[None] | None = None
     try:

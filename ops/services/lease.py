@@ -44,9 +44,10 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 import msgspec
-from nats.aio.client import Client
 
-from bus.errors import nats_errors
+from bus import jetstream, natspy
+from bus.cancel import cancel_and_wait
+from bus.connection import Connection, server_major_minor
 from schemas.errors import (
     BusError,
     CrrError,
@@ -80,13 +81,12 @@ _encoder = msgspec.json.Encoder(order="sorted")
 _decoder = msgspec.json.Decoder(LeaseRecord)
 
 
-def check_server_version(nc: Client) -> None:
+def check_server_version(nc: Connection) -> None:
     """Fencing needs `Nats-Expected-Last-Subject-Sequence-Subject`: refuse older servers."""
-    version = str(nc._server_info.get("version", "0.0.0"))  # no public accessor
-    try:
-        have = tuple(int(p) for p in version.split("-", maxsplit=1)[0].split(".")[:2])
-    except ValueError:
-        return
+    have = server_major_minor(nc)
+    if have is None:
+        return  # (a version that does not parse: let the server decide)
+    version = natspy.server_version(nc)
     if have < MIN_SERVER:
         raise CrrError(f"HA projectors need nats-server {MIN_SERVER[0]}.{MIN_SERVER[1]} or "
                        f"newer (fenced writes); the server runs {version}")
@@ -97,7 +97,7 @@ class Lease:
 
     def __init__(
         self,
-        nc: Client,
+        nc: Connection,
         holder: str,
         *,
         ttl: float = DEFAULT_TTL,
@@ -105,7 +105,7 @@ class Lease:
         stream: str = SNAPSHOT_STREAM,
     ) -> None:
         self._nc = nc
-        self._js = nc.jetstream(timeout=max(1.0, ttl / 2))
+        self._js = jetstream.jetstream(nc, timeout=max(1.0, ttl / 2))
         self.holder = holder
         self.ttl = ttl
         self.subject = lease_subject(partition)
@@ -125,8 +125,7 @@ class Lease:
     async def observe(self) -> tuple[int, LeaseRecord | None]:
         """(sequence, record) of the lease as the stream holds it now; (0, None) if none."""
         try:
-            with nats_errors():
-                msg = await self._js.get_last_msg(self.stream, self.subject)
+            msg = await jetstream.get_last(self._js, self.stream, self.subject)
         except NotFoundOnServerError:
             return 0, None
         rec = None
@@ -135,7 +134,7 @@ class Lease:
                 rec = _decoder.decode(msg.data)
             except msgspec.DecodeError:
                 log.warning("undecodable lease record at seq %d; treating it as expired", msg.seq)
-        return int(msg.seq or 0), rec
+        return msg.seq, rec
 
     def fence(self) -> dict[str, str]:
         """Headers that make the server refuse a write unless we still hold the lease."""
@@ -152,10 +151,8 @@ class Lease:
     # -- acquiring --------------------------------------------------------
 
     async def _publish(self, rec: LeaseRecord, expected: int) -> int:
-        with nats_errors():
-            ack = await self._js.publish(self.subject, _encoder.encode(rec),
-                                         headers={EXPECTED_SEQ: str(expected)})
-        return int(ack.seq)
+        return await jetstream.publish(self._js, self.subject, _encoder.encode(rec),
+                                       headers={EXPECTED_SEQ: str(expected)})
 
     async def try_acquire(self, expected: int, previous: LeaseRecord | None) -> bool:
         """Take the lease if its record is still at `expected`; False if someone beat us."""
@@ -252,9 +249,7 @@ class Lease:
         """Stop renewing without releasing (what a crash looks like to the others)."""
         task, self._renewer = self._renewer, None
         if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
     async def release(self) -> None:
         """Hand the lease back (a clean stop): a standby takes over within one poll."""

@@ -41,12 +41,12 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
+from bus import natspy
 from schemas.errors import SubjectError
 from schemas.subjects import (
     REPORT_PREFIX,
-    SNAPSHOT_CLUSTER,
-    SNAPSHOT_HOST_PREFIX,
     parse_event_subject,
+    snapshot_kind,
 )
 from schemas.wire_time import expires_seconds
 
@@ -158,6 +158,9 @@ class ProjectorMetrics:
             "crr.projector.deadletters", [lambda _o: [Observation(projector.deadletter_count)]],
             unit="{event}", description="Events dead-lettered since start")
         meter.create_observable_counter(
+            "crr.nats.fallbacks", [_nats_fallbacks], unit="{time}",
+            description="Times a nats-py fast path took nats-py's public path (bus.natspy)")
+        meter.create_observable_counter(
             "crr.projector.snapshot_writes", [lambda _o: [Observation(projector.writes)]],
             unit="{record}", description="Snapshot records written since start")
 
@@ -197,7 +200,7 @@ class ProjectorMetrics:
         reporters: Counter[tuple[str, str]] = Counter()
         rejected: Counter[str] = Counter()
         for subject, data in list(self._projector.written_records()):
-            if not (subject.startswith(SNAPSHOT_HOST_PREFIX) or subject == SNAPSHOT_CLUSTER):
+            if snapshot_kind(subject) not in ("host", "cluster"):
                 continue
             try:
                 rec = _record.decode(data)
@@ -261,3 +264,8 @@ class ViewMetrics:
         meter.create_observable_counter(
             "crr.view.rejected", [lambda _o: [Observation(view.rejected)]], unit="{record}",
             description="CRR_SNAPSHOT records that could not be decoded")
+
+
+def _nats_fallbacks(_options: CallbackOptions) -> list[Observation]:
+    """`crr.nats.fallbacks` per fast path (0 for every path on the fast path)."""
+    return [Observation(natspy.fallbacks[path], {"path": path}) for path in natspy.PATHS]

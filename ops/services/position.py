@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import asyncio
 
-from nats.js.client import JetStreamContext
-
-from bus.errors import nats_errors
+from bus import jetstream
+from bus.jetstream import JetStream
 from schemas.errors import CrrTimeoutError, NotFoundOnServerError
 from schemas.subjects import EVENTS_STREAM
 
@@ -26,7 +25,7 @@ from schemas.subjects import EVENTS_STREAM
 class Position:
     """A projector's stream positions (see the module doc)."""
 
-    def __init__(self, js: JetStreamContext, filters: list[str] | None) -> None:
+    def __init__(self, js: JetStream, filters: list[str] | None) -> None:
         """`filters`: a partition's CRR_EVENTS filters (None: unpartitioned)."""
         self._js = js
         self._filters = filters
@@ -95,7 +94,7 @@ class Position:
             self.covered = max(self.covered, through)
             self.stream_last = max(self.stream_last, known_last)
             return
-        last = (await self._js.stream_info(EVENTS_STREAM)).state.last_seq  # read first
+        last = (await jetstream.stream_state(self._js, EVENTS_STREAM)).last_seq  # read first
         # After `through`, only the live consumer's subjects (this layout's) can be ours.
         nexts = await asyncio.gather(*(self._next_of(f, through + 1) for f in self._filters))
         first_unwritten = min((n for n in nexts if n is not None), default=last + 1)
@@ -105,8 +104,7 @@ class Position:
     async def _next_of(self, subject: str, seq: int) -> int | None:
         """The first CRR_EVENTS sequence >= `seq` on `subject` (a filter), None: none yet."""
         try:
-            with nats_errors():
-                m = await self._js.get_msg(EVENTS_STREAM, seq=seq, subject=subject, next=True)
+            m = await jetstream.get(self._js, EVENTS_STREAM, seq, subject=subject, next=True)
         except NotFoundOnServerError:
             return None
-        return int(m.seq or 0) or None
+        return m.seq or None

@@ -35,12 +35,11 @@ from pathlib import Path
 from typing import BinaryIO, Final
 
 import msgspec
-from nats.aio.client import Client
-from nats.js.api import DeliverPolicy
 
-from bus.errors import nats_errors
+from bus import jetstream
+from bus.connection import Connection
 from bus.follower import load_compacted
-from bus.ordered import OrderedReader, StoredMessage
+from bus.ordered import Delivery, OrderedReader, StoredMessage
 from bus.retry import TORN_READ
 from ops.progress import Progress
 from projections.coverage import Coverage
@@ -61,13 +60,10 @@ from schemas.subjects import (
     EVENTS_STREAM,
     EVERYTHING,
     SNAPSHOT_ALL,
-    SNAPSHOT_CATALOG,
-    SNAPSHOT_CLUSTER,
-    SNAPSHOT_HOST_PREFIX,
     SNAPSHOT_STREAM,
-    is_projector_status,
     owner,
     published_subject,
+    snapshot_kind,
     status_subject,
     token,
 )
@@ -281,29 +277,25 @@ class StreamRange:
         return self.last_seq < self.first_seq or self.last_seq == 0
 
 
-async def _msg_time(nc: Client, seq: int) -> float | None:
+async def _msg_time(nc: Connection, seq: int) -> float | None:
     try:
-        with nats_errors():
-            msg = await nc.jetstream().get_msg(EVENTS_STREAM, seq=seq, next=True)
+        msg = await jetstream.get(nc, EVENTS_STREAM, seq, next=True)
     except NotFoundOnServerError:
         return None
-    return msg.time.timestamp() if msg.time is not None else None
+    return msg.time
 
 
-async def stream_range(nc: Client) -> StreamRange:
+async def stream_range(nc: Connection) -> StreamRange:
     """The range of CRR_EVENTS now (CrrError if the stream does not exist)."""
     try:
-        with nats_errors():
-            info = await nc.jetstream().stream_info(EVENTS_STREAM)
+        st = await jetstream.stream_state(nc, EVENTS_STREAM)
     except NotFoundOnServerError:
         raise CrrError(f"stream {EVENTS_STREAM} does not exist (is a projector or "
                        "`crr server` provisioning it?)") from None
-    st = info.state
     if st.last_seq == 0 or st.messages == 0:
         return StreamRange(st.first_seq, st.last_seq, None, None)
     first_t = await _msg_time(nc, st.first_seq)
-    msg = await nc.jetstream().get_msg(EVENTS_STREAM, seq=st.last_seq)
-    last_t = msg.time.timestamp() if msg.time is not None else None
+    last_t = (await jetstream.get(nc, EVENTS_STREAM, st.last_seq)).time
     return StreamRange(st.first_seq, st.last_seq, first_t, last_t)
 
 
@@ -318,7 +310,7 @@ def host_filter(host: str) -> Callable[[str], bool]:
 
 
 async def read_stream(
-    nc: Client, on_message: Callable[[StoredMessage], bool], *,
+    nc: Connection, on_message: Callable[[StoredMessage], bool], *,
     subject: str = EVERYTHING, start_seq: int | None = None, start_time: float | None = None,
     stop_seq: int | None = None, stall: float = 30.0,
 ) -> int:
@@ -352,7 +344,7 @@ async def read_stream(
     elif start_time is not None:
         kwargs["start_time"] = start_time
     reader = OrderedReader(nc, stream=EVENTS_STREAM, subject=subject, handler=handle,
-                           deliver=DeliverPolicy.ALL, **kwargs)  # type: ignore[arg-type]
+                           deliver=Delivery.ALL, **kwargs)  # type: ignore[arg-type]
     await reader.start()
     try:
         seen = -1
@@ -368,7 +360,8 @@ async def read_stream(
     return handled
 
 
-async def read_snapshot_bytes(nc: Client, timeout: float = 30.0) -> dict[str, tuple[int, bytes]]:
+async def read_snapshot_bytes(nc: Connection, timeout: float = 30.0,
+                              ) -> dict[str, tuple[int, bytes]]:
     """CRR_SNAPSHOT as subject -> (stream sequence, raw bytes), last per subject."""
     out: dict[str, tuple[int, bytes]] = {}
 
@@ -396,7 +389,7 @@ def _cut_of(raw: dict[str, tuple[int, bytes]]) -> tuple[list[ProjectorStatus], d
     record belongs to the projector that writes it (`bus.streams.owner`); one written
     after its projector's status belongs to a flush still in progress (`_Torn`).
     """
-    statuses = {s: raw.pop(s) for s in [s for s in raw if is_projector_status(s)]}
+    statuses = {s: raw.pop(s) for s in [s for s in raw if snapshot_kind(s) == "projector"]}
     coverage = Coverage()
     for subject, (seq, data) in statuses.items():
         if data:  # empty: a delete marker
@@ -412,15 +405,14 @@ def _cut_of(raw: dict[str, tuple[int, bytes]]) -> tuple[list[ProjectorStatus], d
     # The records a projector writes (not the HA lease records, nor anything unknown).
     # An empty host record is a delete marker (`crr hosts forget`): no record.
     records = {s: r for s, r in raw.items()
-               if (s.startswith(SNAPSHOT_HOST_PREFIX) and r[1])
-               or s in (SNAPSHOT_CATALOG, SNAPSHOT_CLUSTER)}
+               if (kind := snapshot_kind(s)) in ("catalog", "cluster") or (kind == "host" and r[1])}
     for subject, (seq, _) in records.items():
         if seq > status_seq[None if n == 1 else owner(subject, n)]:
             raise _Torn(f"{subject} is newer than its projector's status")
     return current, {s: b for s, (_, b) in records.items()}
 
 
-async def read_consistent_cut(nc: Client) -> tuple[list[ProjectorStatus], dict[str, bytes]]:
+async def read_consistent_cut(nc: Connection) -> tuple[list[ProjectorStatus], dict[str, bytes]]:
     """The projector status records of the current layout and every other CRR_SNAPSHOT
     record, read at a consistent point.
 
@@ -491,7 +483,7 @@ class SourceReport:
     file: FileReport | None = None
 
 
-async def run_replay(replay: Replay, *, nc: Client | None, file: str | None,
+async def run_replay(replay: Replay, *, nc: Connection | None, file: str | None,
                      stop_seq: int | None = None, label: str = "replay") -> SourceReport:
     """Feed `replay` from `file` (an export) or from CRR_EVENTS; then `finish` it.
 

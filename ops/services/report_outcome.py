@@ -1,4 +1,5 @@
-"""What became of one published report: applied, rejected, dead-lettered (`crr report`).
+"""What became of one published report: applied, rejected, dead-lettered (`crr report`,
+the SDK's `submit`, `crr external run`'s cycle lines).
 
 `crr report` publishes, then waits — on the projector's position, never on
 time — until the snapshot covers the report's `CRR_EVENTS` sequence, and
@@ -22,13 +23,18 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Literal
 
-from nats.aio.client import Client
-
-from bus.errors import nats_errors
+from bus import jetstream
+from bus.connection import Connection
 from bus.ordered import OrderedReader, StoredMessage
 from ops.services.snapshot_reader import SnapshotContents, absorb
 from schemas.codec import decode
-from schemas.errors import BusError, CrrTimeoutError, NotFoundOnServerError, PayloadError
+from schemas.errors import (
+    BusError,
+    CrrTimeoutError,
+    NotFoundOnServerError,
+    PayloadError,
+    ReportRejectedError,
+)
 from schemas.events import DeadLetter
 from schemas.snapshot import ClusterSnapshot, HostSnapshot
 from schemas.subjects import (
@@ -78,6 +84,12 @@ class ReportOutcome:
                  "not_applied": "not applied"}[self.state]
         return [f"{label}: {self.reason}"]
 
+    def error(self) -> ReportRejectedError:
+        """The error the SDK's `submit` raises for a report not wholly applied: its lines."""
+        return ReportRejectedError("; ".join(self.lines()), state=self.state,
+                                   applied=self.applied, rejected=self.rejected,
+                                   reason=self.reason)
+
 
 def _filters(host: str | None) -> list[str]:
     record = SNAPSHOT_CLUSTER if host is None else host_snapshot_subject(host)
@@ -85,7 +97,7 @@ def _filters(host: str | None) -> list[str]:
 
 
 async def wait_covered(
-    nc: Client, seq: int, host: str | None, timeout: float,
+    nc: Connection, seq: int, host: str | None, timeout: float,
 ) -> SnapshotContents:
     """The snapshot subjects of `host` (None: the cluster) once the projector covers `seq`.
 
@@ -122,21 +134,20 @@ async def wait_covered(
     return contents
 
 
-async def find_deadletter(nc: Client, seq: int) -> DeadLetter | None:
+async def find_deadletter(nc: Connection, seq: int) -> DeadLetter | None:
     """The dead letter of `CRR_EVENTS` event `seq`, if the projector wrote one.
 
     Looked up with the stream's next-by-subject get, from `seq` on (a dead
     letter is stored after its event), so only dead letters are read.
     """
-    js = nc.jetstream(timeout=2.0)  # a refusal (reporter credentials) ends in a timeout
+    js = jetstream.jetstream(nc, timeout=2.0)  # a refusal (reporter credentials) ends in a timeout
     at = seq
     for _ in range(_DEADLETTER_SCAN):
         try:
-            with nats_errors():
-                msg = await js.get_msg(EVENTS_STREAM, seq=at, subject=DEADLETTER, next=True)
+            msg = await jetstream.get(js, EVENTS_STREAM, at, subject=DEADLETTER, next=True)
         except NotFoundOnServerError:
             return None
-        if msg.data is None or msg.seq is None:
+        if not msg.data or not msg.seq:
             return None
         try:
             letter = decode(msg.data, DeadLetter)
@@ -177,7 +188,7 @@ def judge(
 
 
 async def outcome(
-    nc: Client, *, seq: int, reporter: str, host: str | None, observed_at: str,
+    nc: Connection, *, seq: int, reporter: str, host: str | None, observed_at: str,
     names: list[str], timeout: float,
 ) -> ReportOutcome:
     """Wait (at most `timeout` s) until the projector has handled event `seq`; say what it did."""

@@ -3,11 +3,17 @@
 Given what CRR_SNAPSHOT holds (`ops.services.checkpoint_read.load_checkpoint`), decide
 whether this projector (or partition) can restore its fold state from its own
 records, and build that state (`projections.checkpoint`).  It cannot — and
-the caller rebuilds from the last event per subject, saying why — when there
-is no status of this projector, the status is of another layout (partition
-count) or an older writer, a record does not decode or restore, the catalog
+the caller rebuilds from the retained history, saying why — when there
+is no status of this projector or of another layout, the status is of an older
+writer or says its rebuild did not finish, a record does not decode or restore, the catalog
 it was folded with is no longer to be found, or the snapshot is ahead of
 CRR_EVENTS (the events stream went backwards) or its position aged out of it.
+
+Another layout (`--partitions` changed: 1→N, N→1, N→M) restores too
+(`_restore_other_layout`): each new partition takes the host records it now
+owns, whichever old partition wrote them, and folds CRR_EVENTS from the
+oldest position those records need — the old partition's status where it is
+still stored and agrees with the others, else the records' own `as_of`.
 
 The restored state is the fold at the status's `last_seq`; the caller folds
 CRR_EVENTS from the next sequence, placing the records written after the
@@ -22,14 +28,15 @@ projector rebuild from CRR_EVENTS (logged, and said in its status).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from dataclasses import dataclass
 
 import msgspec
-from nats.js.client import JetStreamContext
 
-from bus.errors import nats_errors
+from bus import jetstream
+from bus.jetstream import JetStream
 from ops.services.checkpoint_read import RawRecords
 from projections.checkpoint import (
     CheckpointError,
@@ -52,9 +59,10 @@ from schemas.subjects import (
     EVENTS_STREAM,
     SNAPSHOT_CATALOG,
     SNAPSHOT_CLUSTER,
-    SNAPSHOT_HOST_PREFIX,
     owner,
     snapshot_host,
+    snapshot_kind,
+    status_partition,
     status_subject,
 )
 
@@ -88,6 +96,11 @@ class Restored:
     """Host records restored when first needed (see `projections.checkpoint.Lazy`)."""
     records: int
     """Records restored (host and cluster)."""
+    note: str = ""
+    """What the start note adds (another layout restored from: which, and from where)."""
+    other_layout: bool = False
+    """Restored from another layout's records: the events after `status.last_seq` may be
+    stored under that layout's subjects (the caller reads every subject up to the end)."""
 
 
 class NotRestorable(Exception):
@@ -101,12 +114,12 @@ def catalog_digest(data: bytes) -> str:
 
 def mine(subject: str, partition: int | None, partitions: int | None) -> bool:
     """Whether a CRR_SNAPSHOT host/cluster record is this projector's to restore."""
-    if not (subject.startswith(SNAPSHOT_HOST_PREFIX) or subject == SNAPSHOT_CLUSTER):
+    if snapshot_kind(subject) not in ("host", "cluster"):
         return False
     return partition is None or owner(subject, partitions or 1) == partition
 
 
-async def _catalog(js: JetStreamContext, raw: RawRecords, status: ProjectorStatus) -> Catalog:
+async def _catalog(js: JetStream, raw: RawRecords, status: ProjectorStatus) -> Catalog:
     """The catalog the records were folded with: the catalog record if it is that one
     (its digest), else the catalog event at `catalog_seq` if CRR_EVENTS still holds it."""
     record = raw.get(SNAPSHOT_CATALOG)
@@ -115,12 +128,11 @@ async def _catalog(js: JetStreamContext, raw: RawRecords, status: ProjectorStatu
         data = record[1]
     else:
         try:
-            with nats_errors():
-                msg = await js.get_msg(EVENTS_STREAM, seq=status.catalog_seq)
+            msg = await jetstream.get(js, EVENTS_STREAM, status.catalog_seq)
         except BusError as exc:
             raise NotRestorable(f"the catalog the records were folded with (seq "
                                 f"{status.catalog_seq}) is no longer stored ({exc!r})") from None
-        if msg.subject != CATALOG or msg.data is None:
+        if msg.subject != CATALOG or not msg.data:
             raise NotRestorable(f"{EVENTS_STREAM} seq {status.catalog_seq} is not the catalog "
                                 "event the records were folded with") from None
         data = msg.data
@@ -131,53 +143,186 @@ async def _catalog(js: JetStreamContext, raw: RawRecords, status: ProjectorStatu
                             f"{exc}") from None
 
 
-async def restore_from(js: JetStreamContext, raw: RawRecords, *, partition: int | None,
-                       partitions: int | None, events_first: int,
-                       events_last: int) -> Restored:
-    """This projector's fold state from CRR_SNAPSHOT (`raw`), or NotRestorable (why not).
+def _statuses(raw: RawRecords) -> dict[str, ProjectorStatus | str]:
+    """Every status record in `raw`: subject -> the status, or why it does not decode."""
+    out: dict[str, ProjectorStatus | str] = {}
+    for subject, (_, data) in raw.items():
+        if not data or snapshot_kind(subject) != "projector":
+            continue
+        try:
+            out[subject] = _status.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            out[subject] = f"{subject} does not decode: {exc}"
+    return out
 
-    `events_first`/`events_last`: CRR_EVENTS's first and last sequence now."""
-    subject = status_subject(partition)
-    entry = raw.get(subject)
-    if entry is None or not entry[1]:
-        raise NotRestorable(f"{subject} is not in CRR_SNAPSHOT (first start, or the stream "
-                            "was deleted)")
-    try:
-        status = _status.decode(entry[1])
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise NotRestorable(f"{subject} does not decode: {exc}") from None
-    if status.partitions != partitions:
-        raise NotRestorable(f"the snapshot was written by {status.partitions or 1} projector "
-                            f"partition(s), this projector is one of {partitions or 1}")
+
+def _unusable(subject: str, status: ProjectorStatus) -> str | None:
+    """Why `status` cannot be restored from (None: it can, as far as it alone says)."""
+    if status_partition(subject) != status.partition or (
+            (status.partition is None) != (status.partitions is None)):
+        return (f"{subject} says it is partition {status.partition} of "
+                f"{status.partitions}: not a status that subject holds")
+    if status.phase == "rebuilding":
+        return (f"{subject} says a rebuild was under way and did not finish (stopped or "
+                "killed): rebuilding again")
     if status.checkpoint not in (1, CHECKPOINT_FORMAT):
-        raise NotRestorable(f"the snapshot's checkpoint format is {status.checkpoint} (an "
-                            f"older projector), not {CHECKPOINT_FORMAT}")
+        return (f"the snapshot's checkpoint format is {status.checkpoint} (an older "
+                f"projector), not {CHECKPOINT_FORMAT}")
     if status.catalog_seq == 0:
-        raise NotRestorable("the snapshot was written before any catalog")
-    seq = status.last_seq
+        return "the snapshot was written before any catalog"
+    return None
+
+
+def _position_check(seq: int, events_first: int, events_last: int) -> None:
+    """NotRestorable unless CRR_EVENTS still holds every event after `seq`."""
     if seq > events_last:
         raise NotRestorable(f"the snapshot is at seq {seq}, past the end of {EVENTS_STREAM} "
                             f"({events_last}): the events stream went backwards")
     if events_first > seq + 1 and events_last >= events_first:
         raise NotRestorable(f"events after the snapshot's seq {seq} are no longer stored "
                             f"({EVENTS_STREAM} starts at {events_first})")
+
+
+async def restore_from(js: JetStream, raw: RawRecords, *, partition: int | None,
+                       partitions: int | None, events_first: int,
+                       events_last: int) -> Restored:
+    """This projector's fold state from CRR_SNAPSHOT (`raw`), or NotRestorable (why not).
+
+    `events_first`/`events_last`: CRR_EVENTS's first and last sequence now."""
+    subject = status_subject(partition)
+    statuses = _statuses(raw)
+    found = statuses.get(subject)
+    if isinstance(found, str):
+        raise NotRestorable(found)
+    newer = found is not None and any(  # a later layout wrote after this status (N→M→N)
+        isinstance(st, ProjectorStatus) and st.partitions != partitions
+        and st.last_seq > found.last_seq for st in statuses.values())
+    if found is None or found.partitions != partitions or newer:
+        return await _restore_other_layout(js, raw, partition=partition, partitions=partitions,
+                                           events_first=events_first, events_last=events_last)
+    status = found
+    why = _unusable(subject, status)
+    if why is not None:
+        raise NotRestorable(why)
+    seq = status.last_seq
+    _position_check(seq, events_first, events_last)
     catalog = await _catalog(js, raw, status)
+    # Format 2: the status bounds every record's first deadline, so a record the status
+    # covers is not read now (`Lazy`); one past it (a flush cut short) is read in full.
+    bound = (None if status.checkpoint < 2 else
+             math.inf if status.next_due_ts is None else status.next_due_ts)
+    return _build(raw, status, catalog, seq, partition=partition, partitions=partitions,
+                  bound=bound)
+
+
+async def _restore_other_layout(js: JetStream, raw: RawRecords, *, partition: int | None,
+                                partitions: int | None, events_first: int,
+                                events_last: int) -> Restored:
+    """Restore after `--partitions` changed: from the host records of the old layout.
+
+    The old layout is that of the newest status of another layout.  A record written by
+    old partition `j` reflects every event of its host up to `max(as_of, j's last_seq)`
+    (a record is stamped by every event that changes it; the status follows the records
+    it covers), so folding from `m` = the least such position over the old partitions is
+    exact: a record with `as_of <= m` is the state at `m`, a later one is placed when the
+    fold passes its `as_of` (`Deferred`, replacing what the events up to there rebuilt).
+    An old partition whose status is gone (a new partition of the same number already
+    overwrote it) or unusable bounds `m` by the oldest `as_of` of its records instead."""
+    mine_subject = status_subject(partition)
+    statuses = _statuses(raw)
+    other = [(subj, st) for subj, st in statuses.items()
+             if isinstance(st, ProjectorStatus) and st.partitions != partitions]
+    if not other:
+        raise NotRestorable(f"{mine_subject} is not in CRR_SNAPSHOT (first start, or the "
+                            "stream was deleted)")
+    newest = max(other, key=lambda e: e[1].last_seq)[1]
+    old_n = newest.partitions
+    layout = [(subj, st) for subj, st in other if st.partitions == old_n]
+    known: dict[int | None, ProjectorStatus] = {}
+    skipped: list[str] = []
+    for subj, st in layout:
+        why = _unusable(subj, st)
+        if why is None:
+            known[st.partition] = st
+        else:
+            skipped.append(why)
+    layout_note = (f"the snapshot was written by {old_n or 1} projector partition(s), this "
+                   f"projector is one of {partitions or 1}")
+    if not known:
+        raise NotRestorable(f"{layout_note}, and no status of that layout restores: "
+                            f"{'; '.join(skipped)}")
+    base = known[min(known, key=lambda k: -1 if k is None else k)]
+    if len({st.catalog_digest for st in known.values()}) > 1:
+        raise NotRestorable(f"the old layout's {old_n or 1} partition(s) were folded with "
+                            "different catalogs")
+
+    def old_owner(subject: str) -> int | None:
+        return None if old_n is None else owner(subject, old_n)
+
+    olds: list[int | None] = [None] if old_n is None else list(range(old_n))
+    floor: dict[int | None, int] = {}
+    for subj, (_, data) in raw.items():
+        if data and snapshot_kind(subj) == "host":
+            j = old_owner(subj)
+            if j not in known:
+                as_of = _as_of_seq(subj, data)
+                floor[j] = min(floor.get(j, as_of), as_of)
+    positions: list[int] = []
+    unknown: list[str] = []
+    for j in olds:
+        if j in known:
+            positions.append(known[j].last_seq)
+        elif j in floor:
+            positions.append(floor[j])
+            unknown.append("the unpartitioned projector" if j is None else f"partition {j}")
+        else:
+            which = "projector" if j is None else f"partition {j}"
+            raise NotRestorable(f"{layout_note}, and its {which} left neither a usable "
+                                "status nor records")
+    seq = min(positions)
+    _position_check(seq, events_first, events_last)
+    catalog = await _catalog(js, raw, base)
+    status = msgspec.structs.replace(
+        base, last_seq=seq, covered_seq=seq, stream_last_seq=seq, applied=0, deadletters=0,
+        partition=partition, partitions=partitions,
+        start_seq=max(st.start_seq for st in known.values()))
+    note = (f"; repartitioned from {old_n or 1} to {partitions or 1} partition(s): the old "
+            f"layout's records, folding on from seq {seq}")
+    if unknown:
+        note += (f" ({', '.join(unknown)} of the old layout left no usable status: from its "
+                 "records' own positions)")
+    restored = _build(raw, status, catalog, seq, partition=partition, partitions=partitions,
+                      bound=None, defer_cluster=True, note=note)
+    return dataclasses.replace(restored, other_layout=True)
+
+
+def _build(raw: RawRecords, status: ProjectorStatus, catalog: Catalog, seq: int, *,
+           partition: int | None, partitions: int | None, bound: float | None,
+           defer_cluster: bool = False, note: str = "") -> Restored:
+    """The fold state at `seq` from the records of `raw` that are this projector's.
+
+    `bound`: no record covered by `seq` has a deadline before it (records not read now);
+    None: read each one's first deadline.  `defer_cluster`: the cluster record may be
+    past `seq` too (another layout's), and is then placed as the fold passes it."""
     cluster = raw.get(SNAPSHOT_CLUSTER) if mine(SNAPSHOT_CLUSTER, partition, partitions) else None
     lazy = Lazy(upto=seq)
     later: list[Restorable] = []
     unread: list[tuple[str, bytes]] = []
     subj = SNAPSHOT_CLUSTER
-    # Format 2: the status bounds every record's first deadline, so a record the status
-    # covers is not read now (`Lazy`); one past it (a flush cut short) is read in full.
-    bound = (None if status.checkpoint < 2 else
-             math.inf if status.next_due_ts is None else status.next_due_ts)
     try:
-        state = restore(catalog, status.catalog_seq, seq,
-                        [decode_record(cluster[1])] if cluster and cluster[1] else [])
+        placed = []
+        if cluster and cluster[1]:
+            snap = decode_record(cluster[1])
+            if defer_cluster and snap.as_of.seq > seq:
+                record_of(snap)  # refused now, not half-way
+                later.append((None, snap))
+            else:
+                placed.append(snap)
+        state = restore(catalog, status.catalog_seq, seq, placed)
         everyone = partition is None  # (then every host record is this projector's)
         keep = unread.append
         for subj, (_, data) in raw.items():
-            if not data or not subj.startswith(SNAPSHOT_HOST_PREFIX) or not (
+            if not data or snapshot_kind(subj) != "host" or not (
                     everyone or mine(subj, partition, partitions)):
                 continue  # (the cluster's record is restored above)
             if bound is not None and _as_of_seq(subj, data) <= seq:
@@ -199,4 +344,5 @@ async def restore_from(js: JetStreamContext, raw: RawRecords, *, partition: int 
     except (CheckpointError, SubjectError) as exc:
         raise NotRestorable(f"record {subj} cannot be restored from: {exc.message}") from None
     return Restored(state=state, status=status, deferred=Deferred(later), lazy=lazy,
-                    records=len(lazy) + len(later) + (1 if cluster else 0))
+                    records=len(lazy) + len(later) + (1 if cluster and cluster[1] else 0),
+                    note=note)

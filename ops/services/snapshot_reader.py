@@ -4,23 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nats.aio.client import Client
-
+from bus.connection import Connection
 from bus.follower import load_compacted
 from bus.ordered import StoredMessage
 from projections.coverage import Coverage
 from schemas.catalog import Catalog
 from schemas.codec import decode
 from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus
-from schemas.subjects import (
-    SNAPSHOT_ALL,
-    SNAPSHOT_CATALOG,
-    SNAPSHOT_CLUSTER,
-    SNAPSHOT_HOST_PREFIX,
-    SNAPSHOT_STREAM,
-    is_projector_status,
-    snapshot_host,
-)
+from schemas.subjects import SNAPSHOT_ALL, SNAPSHOT_STREAM, snapshot_host, snapshot_kind
 
 
 @dataclass
@@ -52,25 +43,26 @@ class SnapshotContents:
 def absorb(contents: SnapshotContents, m: StoredMessage) -> None:
     """Fold one CRR_SNAPSHOT message into `contents` (last write per subject wins)."""
     contents.last_seq = max(contents.last_seq, m.seq)
-    if m.subject.startswith(SNAPSHOT_HOST_PREFIX):
-        if m.data:
-            snap = decode(m.data, HostSnapshot)
-            contents.hosts[snap.host] = snap
-        else:  # a delete marker (`crr hosts forget`): the host is gone
-            contents.hosts.pop(snapshot_host(m.subject), None)
-    elif m.subject == SNAPSHOT_CLUSTER:
-        contents.cluster = decode(m.data, ClusterSnapshot)
-    elif m.subject == SNAPSHOT_CATALOG:
-        contents.catalog = decode(m.data, Catalog)
-    elif is_projector_status(m.subject):
-        if m.data:
-            contents.coverage.add(m.subject, m.seq, decode(m.data, ProjectorStatus))
-        else:  # a purge or delete marker
-            contents.coverage.remove(m.subject)
-        contents.projector = contents.coverage.newest
+    match snapshot_kind(m.subject):
+        case "host":
+            if m.data:
+                snap = decode(m.data, HostSnapshot)
+                contents.hosts[snap.host] = snap
+            else:  # a delete marker (`crr hosts forget`): the host is gone
+                contents.hosts.pop(snapshot_host(m.subject), None)
+        case "cluster":
+            contents.cluster = decode(m.data, ClusterSnapshot)
+        case "catalog":
+            contents.catalog = decode(m.data, Catalog)
+        case "projector":
+            if m.data:
+                contents.coverage.add(m.subject, m.seq, decode(m.data, ProjectorStatus))
+            else:  # a purge or delete marker
+                contents.coverage.remove(m.subject)
+            contents.projector = contents.coverage.newest
 
 
-async def read_snapshot(nc: Client, timeout: float = 30.0) -> SnapshotContents:
+async def read_snapshot(nc: Connection, timeout: float = 30.0) -> SnapshotContents:
     """Load the current snapshot (`bus.follower.load_compacted`: last per subject)."""
     contents = SnapshotContents()
     await load_compacted(nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_ALL,

@@ -9,7 +9,7 @@ the hot path, or one by one with fencing headers while an HA lease is held
 dead letters with a de-duplicating message id.  What to write, and when, is
 the projector's business (ops/services/projector.py).
 
-A record comes with its columns (`schemas.snapshot_lean.COLUMNS_HEADER`,
+A record comes with its columns (`projections.record.columns.COLUMNS_HEADER`,
 None for records without): they go out as that header.  They are derived
 from the record's bytes, so "unchanged" is decided on the bytes alone.
 """
@@ -21,18 +21,16 @@ import contextlib
 import itertools
 from collections.abc import Iterable, Iterator
 
-from nats.aio.client import Client
-
-from bus import tracing
-from bus.errors import nats_errors
+from bus import jetstream, tracing
+from bus.connection import Connection, max_payload
 from bus.pipeline_publish import PipelinePublisher
 from bus.retry import FENCE_BUSY
 from ops.services.checkpoint_read import RawRecords
 from ops.services.lease import Lease
+from projections.record.columns import COLUMNS_HEADER
 from schemas.codec import encode
 from schemas.errors import BusError, LeaseLostError, SequenceCheckBusyError, WrongLastSequenceError
 from schemas.events import DeadLetter
-from schemas.snapshot_lean import COLUMNS_HEADER
 from schemas.subjects import DEADLETTER, MSG_ID_HEADER, deadletter_msg_id
 
 WRITE_WINDOW = 512
@@ -142,10 +140,10 @@ class WrittenRecords:
 class SnapshotWriter:
     """Writes records to CRR_SNAPSHOT unless it holds them already (see the module doc)."""
 
-    def __init__(self, nc: Client, *, lease: Lease | None = None,
+    def __init__(self, nc: Connection, *, lease: Lease | None = None,
                  keep_bytes: bool = False) -> None:
         self._nc = nc
-        self._js = nc.jetstream(timeout=10.0)
+        self._js = jetstream.jetstream(nc, timeout=10.0)
         self._lease = lease
         self._pipe: PipelinePublisher | None = None
         self.written = WrittenRecords(keep_bytes=keep_bytes)
@@ -180,9 +178,8 @@ class SnapshotWriter:
             span = tracing.start_publish(subject, headers, parent=parent, size=len(data))
             headers = headers or None
         try:
-            with nats_errors():
-                ack = await self._js.publish(subject, data, headers=headers)
-            tracing.end_publish(span, seq=ack.seq)
+            seq = await jetstream.publish(self._js, subject, data, headers=headers)
+            tracing.end_publish(span, seq=seq)
         except BaseException as exc:
             tracing.end_publish(span, error=exc)
             if (fence is not None and self._lease is not None
@@ -192,14 +189,14 @@ class SnapshotWriter:
             raise
         self.written.set(subject, data)
         self.writes += 1
-        return int(ack.seq)
+        return seq
 
     def _columns(self, data: bytes, columns: str | None) -> str | None:
         """`columns`, unless the record would then exceed the server's max_payload: a record
         that fits goes out without them rather than not at all (readers read it whole)."""
         if columns is None:
             return None
-        room = self._nc.max_payload - HEADER_ROOM - len(data)
+        room = max_payload(self._nc) - HEADER_ROOM - len(data)
         if 4 * len(columns) <= room or len(columns.encode()) <= room:  # (UTF-8: ≤ 4 B a char)
             return columns
         return None
@@ -218,8 +215,8 @@ class SnapshotWriter:
             async with self.fenced() as fence:
                 await self._publish_window(window, fence)
         for dl in letters:
-            await self._js.publish(DEADLETTER, encode(dl),
-                                   headers={MSG_ID_HEADER: deadletter_msg_id(dl.seq)})
+            await jetstream.publish(self._js, DEADLETTER, encode(dl),
+                                    headers={MSG_ID_HEADER: deadletter_msg_id(dl.seq)})
 
     async def _publish_window(self, window: list[Record],
                               fence: dict[str, str] | None) -> None:
@@ -269,7 +266,14 @@ class SnapshotWriter:
             sent.append((s, digest, d if keep else None))
         if not sent:
             return
-        await pipe.flush(60.0)
+        try:
+            await pipe.flush(60.0, fail_unanswered=True)  # CRR_SNAPSHOT deleted: say so now
+        except BaseException:
+            # The caller writes these records again, maybe newer: no re-send of this
+            # batch may land after that (it would leave an old record last).
+            self._pipe = None
+            await pipe.abandon()
+            raise
         if pipe.stats.rejected != rejected or pipe.stats.failed != failed:
             raise BusError(f"pipelined publish failed: {pipe.stats.last_error}")
         for subject, digest, data in sent:

@@ -40,7 +40,7 @@ With `pack_records` (the default) the view compresses the kept records
 soon after they arrive (LZ4, ~3 µs each: a 6 kB host record keeps ~0.75 kB),
 a few at a time between the loop's other work — `get` decompresses —
 trading some CPU for memory; while the view is behind its
-stream it applies records first and compresses later (see `_pack`).
+stream it applies records first and compresses later (`ops.services.record_packer`).
 
 Cold start: during the initial load the host records are built into a new
 `HostTable` a chunk at a time as they arrive (`HostTable.append_records`,
@@ -71,72 +71,46 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 import msgspec
-from nats.aio.client import Client
 
+from bus.connection import Connection
 from bus.follower import Follower
 from bus.ordered import StoredMessage
+from ops.services.gc_pause import gc_paused
 from ops.services.heap import trim
+from ops.services.record_packer import RecordPacker
 from projections.coverage import Coverage
 from projections.freshness import status_age
-from projections.host_table import LOAD_CHUNK, HostTable, pack
+from projections.host_table import LOAD_CHUNK, HostTable
+from projections.record.columns import COLUMNS_HEADER
 from projections.select import CompiledSelect, Explanation, compile_select, explain
 from schemas.catalog import Catalog
 from schemas.codec import DECODERS
 from schemas.errors import CrrError, CrrTimeoutError, NotReadyError, SubjectError
 from schemas.snapshot import ClusterSnapshot, ProjectorStatus
-from schemas.snapshot_lean import COLUMNS_HEADER
 from schemas.subjects import (
     SNAPSHOT_ALL,
-    SNAPSHOT_CATALOG,
-    SNAPSHOT_CLUSTER,
-    SNAPSHOT_HOST_PREFIX,
     SNAPSHOT_STREAM,
-    is_projector_status,
+    SnapshotKind,
     snapshot_host,
+    snapshot_kind,
 )
 
 log = logging.getLogger("crr.view")
 
 COMPILE_CACHE_SIZE: Final = 4096
 """Compiled expressions kept per catalog (oldest dropped first)."""
-PACK_BATCH: Final = 32
-"""Records compressed per step of the packer (about a millisecond)."""
-TRIM_AFTER: Final = 4096
-"""Records compressed in one go after which the heap is trimmed (their buffers are free)."""
 
 Listener = Callable[[str], None]
 
 _cluster_decoder: msgspec.json.Decoder[ClusterSnapshot] = DECODERS[ClusterSnapshot]
 _catalog_decoder: msgspec.json.Decoder[Catalog] = DECODERS[Catalog]
 _status_decoder: msgspec.json.Decoder[ProjectorStatus] = DECODERS[ProjectorStatus]
-
-
-def _pack_all(records: list[bytes]) -> list[bytes]:
-    return [pack(r) for r in records]
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for a synchronous bulk build.
-
-    Decoding tens of thousands of snapshots creates millions of objects,
-    none of them garbage; generation scans would cost as much as the
-    decoding.  Nested use is safe.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class _Load:
@@ -169,25 +143,14 @@ class SchedulerView:
 
     def __init__(
         self,
-        nc: Client,
+        nc: Connection,
         *,
         idle_heartbeat: float = 2.0,
         clock: Callable[[], float] = time.time,
         pack_records: bool = True,
     ) -> None:
         self._nc = nc
-        self._pack_records = pack_records
-        self._packer: asyncio.Task[None] | None = None
-        self._pack_wanted = asyncio.Event()
-        self._packed_all = asyncio.Event()
-        self._caught_up = asyncio.Event()
-        """Set while the consumer is caught up (the last live record had nothing pending
-        behind it): the packer compresses only then (see `_pack`)."""
-        self._caught_up.set()
-        self.pack_pauses = 0
-        """Times the packer stopped for the view to catch up with its stream."""
-        self.packed = 0
-        """Records compressed since `start`."""
+        self._packer = RecordPacker(lambda: self.table) if pack_records else None
         self._idle_heartbeat = idle_heartbeat
         self._clock = clock
         self.table = HostTable(on_unreadable=self._unreadable)
@@ -218,6 +181,16 @@ class SchedulerView:
         """Kept records whose full decode failed in `get` (logged; `get` gave None)."""
 
     @property
+    def packed(self) -> int:
+        """Records compressed since `start`."""
+        return self._packer.packed if self._packer is not None else 0
+
+    @property
+    def pack_pauses(self) -> int:
+        """Times the packer stopped for the view to catch up with its stream."""
+        return self._packer.pauses if self._packer is not None else 0
+
+    @property
     def reloads(self) -> int:
         """Full reloads after the stream went backwards (see the module doc)."""
         return self._follower.reloads
@@ -234,54 +207,14 @@ class SchedulerView:
         if self._started:
             raise CrrError("scheduler view already started")
         self._started = True
-        if self._pack_records:
-            self._packer = asyncio.get_running_loop().create_task(self._pack())
+        if self._packer is not None:
+            self._packer.start()
         await self._follower.start()
 
     async def wait_packed(self, timeout: float = 60.0) -> None:
         """Wait until every host record the view keeps is compressed (after a load)."""
-        if self._packer is None:
-            return
-        try:
-            async with asyncio.timeout(timeout):
-                while self.table.unpacked_count or self._pack_wanted.is_set():
-                    self._packed_all.clear()
-                    await self._packed_all.wait()
-        except TimeoutError:
-            raise CrrTimeoutError(f"scheduler view: {self.table.unpacked_count} record(s) "
-                                  f"still not compressed after {timeout:g}s") from None
-
-    async def _pack(self) -> None:
-        """Compress the records the table keeps whenever rows were loaded or updated, a few
-        at a time between the event loop's other work; trim the heap after a big load.
-
-        On the loop, not in a worker thread: a thread that compresses contends
-        for the GIL with the loop (the loop then waits out switch intervals
-        and the view falls behind its stream); small batches keep each step
-        around a millisecond.  Compression is deferrable, applying records is
-        not: while the consumer is behind its stream (the last live record had
-        more pending behind it) the packer waits, so on a saturated machine the
-        CPU goes to staying current and records are kept uncompressed (as with
-        `pack_records=False`) until the view catches up."""
-        while True:
-            await self._pack_wanted.wait()
-            self._pack_wanted.clear()
-            done = 0
-            while True:
-                if not self._caught_up.is_set():  # records waiting: applying them comes first
-                    self.pack_pauses += 1
-                    while not self._caught_up.is_set():  # (set, then cleared again before
-                        await self._caught_up.wait()     # this task ran: wait on)
-                table = self.table
-                batch = table.unpacked(PACK_BATCH)
-                if not batch:
-                    break
-                done += table.packed(batch, _pack_all([raw for _, raw in batch]))
-                await asyncio.sleep(0)  # the loop's other work (records, queries) goes first
-            self.packed += done
-            if done >= TRIM_AFTER:
-                trim()  # (the uncompressed records freed)
-            self._packed_all.set()
+        if self._packer is not None:
+            await self._packer.wait_packed(timeout)
 
     async def wait_ready(self, timeout: float = 30.0) -> None:
         """Wait until the initial load is complete (CrrTimeoutError otherwise)."""
@@ -291,10 +224,7 @@ class SchedulerView:
         """Unsubscribe; pending `wait_until` calls fail with NotReadyError."""
         await self._follower.stop()
         if self._packer is not None:
-            self._packer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._packer
-            self._packer = None
+            await self._packer.stop()
         for _, fut in self._waiters:
             if not fut.done():
                 fut.set_exception(NotReadyError("scheduler view stopped"))
@@ -348,7 +278,7 @@ class SchedulerView:
         return max(status_age(st, at) for st in statuses)  # the rule every surface uses
 
     @property
-    def nc(self) -> Client:
+    def nc(self) -> Connection:
         """The NATS connection the view reads through (history reads share it)."""
         return self._nc
 
@@ -440,7 +370,8 @@ class SchedulerView:
     def _load_record(self, load: _Load, m: StoredMessage) -> None:
         """Loading: keep the record; every `LOAD_CHUNK` host records go into the table."""
         subject = m.subject
-        if subject.startswith(SNAPSHOT_HOST_PREFIX):
+        kind = snapshot_kind(subject)
+        if kind == "host":
             if m.data:
                 pending = load.pending
                 pending[subject] = m
@@ -452,7 +383,7 @@ class SchedulerView:
                     with contextlib.suppress(SubjectError):
                         load.table.remove(snapshot_host(subject))
         else:
-            self._apply_other(m, load)
+            self._apply_other(m, kind, load)
         load.position = m.seq
         self.applied += 1
         if m.pending == 0:
@@ -469,7 +400,7 @@ class SchedulerView:
             table.set_catalog(load.catalog)  # a catalog after some hosts: rebuilt from bytes
         kept = list(load.pending.values())
         load.pending.clear()
-        with _gc_paused():
+        with gc_paused():
             table.append_records([m.data for m in kept],
                                  on_error=lambda i, exc: self._reject(kept[i], exc),
                                  columns=[m.headers.get(COLUMNS_HEADER) if m.headers else None
@@ -481,8 +412,9 @@ class SchedulerView:
         its columns are written, together with every other staged row, by
         the next query), so taking a record costs its decode."""
         subject = m.subject
+        kind = snapshot_kind(subject)
         try:
-            if subject.startswith(SNAPSHOT_HOST_PREFIX):
+            if kind == "host":
                 table = self.table
                 if m.data:
                     table.upsert_record(
@@ -490,7 +422,7 @@ class SchedulerView:
                 else:  # a purge or delete marker: the host is gone
                     table.remove(snapshot_host(subject))
             else:
-                self._apply_other(m, None)
+                self._apply_other(m, kind, None)
         except (msgspec.ValidationError, msgspec.DecodeError, SubjectError) as exc:
             self._reject(m, exc)
         self._applied(m, 1)
@@ -503,11 +435,7 @@ class SchedulerView:
         self._position = last.seq
         self.applied += count
         if self._packer is not None:
-            self._pack_wanted.set()
-            if last.pending:
-                self._caught_up.clear()
-            else:
-                self._caught_up.set()
+            self._packer.wanted(behind=bool(last.pending))
 
     def _notify(self, subject: str) -> None:
         if self._listeners:
@@ -517,36 +445,38 @@ class SchedulerView:
                 except Exception:  # a listener's bug must not stop the view
                     log.exception("scheduler view listener %r failed", listener)
 
-    def _apply_other(self, m: StoredMessage, load: _Load | None) -> None:
+    def _apply_other(self, m: StoredMessage, kind: SnapshotKind | None,
+                     load: _Load | None) -> None:
         """The projector status, cluster and catalog records: into `load`, or live into the view."""
         subject = m.subject
         try:
-            if is_projector_status(subject):
-                coverage = self._coverage if load is None else load.coverage
-                if m.data:
-                    coverage.add(subject, m.seq, _status_decoder.decode(m.data))
-                else:  # a purge or delete marker: that projector's record is gone
-                    coverage.remove(subject)
-                if load is None:
-                    self.projector = coverage.newest
-                    self.projectors = coverage.current
-                    self._projector_position = max(self._projector_position,
-                                                   coverage.position)
-            elif subject == SNAPSHOT_CLUSTER:
-                cluster = _cluster_decoder.decode(m.data)
-                if load is not None:
-                    load.cluster = cluster
-                else:
-                    self.cluster = cluster
-                    self.table.set_cluster(cluster)
-            elif subject == SNAPSHOT_CATALOG:
-                catalog = _catalog_decoder.decode(m.data)
-                if load is not None:
-                    load.catalog = catalog
-                elif catalog != self.catalog:
-                    self.catalog = catalog
-                    self.table.set_catalog(catalog)
-                    self._compiled.clear()
+            match kind:
+                case "projector":
+                    coverage = self._coverage if load is None else load.coverage
+                    if m.data:
+                        coverage.add(subject, m.seq, _status_decoder.decode(m.data))
+                    else:  # a purge or delete marker: that projector's record is gone
+                        coverage.remove(subject)
+                    if load is None:
+                        self.projector = coverage.newest
+                        self.projectors = coverage.current
+                        self._projector_position = max(self._projector_position,
+                                                       coverage.position)
+                case "cluster":
+                    cluster = _cluster_decoder.decode(m.data)
+                    if load is not None:
+                        load.cluster = cluster
+                    else:
+                        self.cluster = cluster
+                        self.table.set_cluster(cluster)
+                case "catalog":
+                    catalog = _catalog_decoder.decode(m.data)
+                    if load is not None:
+                        load.catalog = catalog
+                    elif catalog != self.catalog:
+                        self.catalog = catalog
+                        self.table.set_catalog(catalog)
+                        self._compiled.clear()
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             self._reject(m, exc)
 
@@ -582,8 +512,7 @@ class SchedulerView:
         load.table = None
         trim()
         if self._packer is not None:
-            self._caught_up.set()  # the load ends with nothing pending
-            self._pack_wanted.set()
+            self._packer.wanted(behind=False)  # the load ends with nothing pending
         self._loaded.set()
         log.info("scheduler view %s at seq %d (%d hosts)", "reloaded" if reload else "ready",
                  load.position, len(table))
@@ -602,7 +531,7 @@ class SchedulerView:
 
 
 @contextlib.asynccontextmanager
-async def loaded_view(nc: Client, timeout: float = 30.0, *,
+async def loaded_view(nc: Connection, timeout: float = 30.0, *,
                       pack_records: bool = False) -> AsyncIterator[SchedulerView]:
     """`async with loaded_view(nc) as view:` — a started, ready view, stopped on exit.
 

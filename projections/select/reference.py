@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from projections.freshness import freshness_at
-from projections.host_table import Freshness, HostTable, entry_code
+from projections.host_table import HostTable
+from projections.record.codes import Freshness, entry_code
 from projections.select.ast import (
     Arith,
     Bool,
@@ -181,11 +182,15 @@ def excluded_by(tree: Node, env: Env) -> list[str]:
     return sorted(out)
 
 
+def holds(tree: Node, env: Env) -> bool:
+    """Whether `env`'s host is selected by `tree`: not excluded and the tree is TRUE."""
+    if excluded_by(tree, env):
+        return False
+    return evaluate(tree, env) is True
+
+
 def matches(tree: Node, table: HostTable, host: str, now: float) -> bool:
     """Whether `host` is selected: in the table, not excluded, and the tree is TRUE."""
     if table.row_of(host) is None:
         return False
-    env = Env(table, host, now)
-    if excluded_by(tree, env):
-        return False
-    return evaluate(tree, env) is True
+    return holds(tree, Env(table, host, now))

@@ -78,10 +78,10 @@ async def running(projectors: list[Projector]) -> AsyncIterator[float]:
 
 
 async def coverage_seconds(projector: Projector, rounds: int) -> float:
-    """Mean seconds of the position work one status write does (`_coverage`)."""
+    """Mean seconds of the position work one status write does (`Position.coverage`)."""
     t = time.perf_counter()
     for _ in range(rounds):
-        await projector._coverage()
+        await projector._pos.coverage()
     return (time.perf_counter() - t) / rounds
 
 

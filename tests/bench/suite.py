@@ -1,6 +1,7 @@
 """`crr bench`: the whole pipeline on one machine, every figure beside a baseline from the same run.
 
     crr bench [--quick] [--hosts N] [--publishers N] [--skip PHASE]... [--out DIR] [--soak 30m]
+              [--rebuild-hosts N] [--rebuild-events N]
     python -m tests.bench.suite ...          (the same)
 
 An embedded nats-server, the projector as a separate process (`crr
@@ -36,7 +37,10 @@ scheduler view (`ops.services.view.SchedulerView`) in this process.  Measured:
    ratio, goal.  It runs after crr's phases, with the projector stopped
    (the same process layout: publishers, one process in the middle, the
    reader here);
-8. projector restart (restore from CRR_SNAPSHOT) vs a raw read of it (`tests.bench.restart`).
+8. projector restart (restore from CRR_SNAPSHOT) vs a raw read of it (`tests.bench.restart`);
+9. projector rebuild (CRR_SNAPSHOT lost: the fold of every retained event) vs a raw
+   ordered read of the same history, its peak RSS vs the restore path's, and its
+   records checked against the restore path's (`tests.bench.rebuild`).
 
 Writes `bench-results.json` and, when matplotlib is installed (the optional
 `bench` extra), `bench-plot.png` (latency CDF; throughput vs offered load).
@@ -80,6 +84,7 @@ from projections.host_table import HostTable
 from projections.percentile import percentiles
 from projections.select import compile_select
 from schemas.codec import decode, encode
+from schemas.distribution import install_hint
 from schemas.duration import parse_duration
 from schemas.errors import CrrError
 from schemas.snapshot import ProjectorStatus
@@ -92,7 +97,7 @@ from schemas.subjects import (
     host_snapshot_subject,
 )
 from schemas.wire_time import expires_seconds, parse_time
-from tests.bench import restart
+from tests.bench import rebuild, restart
 from tests.bench import select as sb
 from tests.bench.publishers import Published, run_publishers
 from tests.bench.relay import (
@@ -121,6 +126,9 @@ class Plan:
     """Child processes publishing the ramp (`tests.bench.publishers`), for crr and the relay."""
     pack: bool = True
     """The view keeps its records compressed (`SchedulerView(pack_records=...)`)."""
+    rebuild_hosts: int = 50_000
+    rebuild_events: int = 40
+    """The rebuild phase's history: `rebuild_events` reports per host (`tests.bench.rebuild`)."""
 
 
 FULL = Plan(hosts=50_000, latency_interval=10.0, latency_duration=40.0,
@@ -129,7 +137,7 @@ FULL = Plan(hosts=50_000, latency_interval=10.0, latency_duration=40.0,
             ramp_duration=15.0, max_events=150_000, select_hosts=50_000)
 QUICK = Plan(hosts=10_000, latency_interval=4.0, latency_duration=9.0,
              loads=(2_500, 3_500, 5_000, 7_500, 10_000, 15_000, 20_000), ramp_duration=4.0,
-             max_events=40_000, select_hosts=10_000)
+             max_events=40_000, select_hosts=10_000, rebuild_hosts=2_000)
 """`loads`: the ramp's ladder, the same for crr and the raw relay (each climbs it until
 its first step that is not sustained)."""
 RAMP_INTERVAL = 120.0
@@ -869,6 +877,7 @@ def table(res: dict[str, Any]) -> str:
                          f"{c['select_per_s'] / 1e6:.2f} M/s", base,
                          f"{c['select_per_s'] / c['lambda_per_s']:.1f}x lambda", ""))
     rows += restart.table_rows(res)
+    rows += rebuild.table_rows(res)
     widths = [max(len(r[k]) for r in [*rows, ("figure", "crr", "baseline", "ratio", "goal")])
               for k in range(5)]
     head = ("figure", "crr", "baseline", "ratio", "goal")
@@ -886,7 +895,7 @@ def plot(res: dict[str, Any], path: Path) -> str:
         mpl.use("Agg")
         import matplotlib.pyplot as plt  # noqa: PLC0415 - after choosing the backend
     except ImportError:
-        return "plot skipped: matplotlib is not installed (pip install 'crr[bench]')"
+        return f"plot skipped: matplotlib is not installed ({install_hint('bench')})"
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
     lat = res.get("latency", {}).get("latency_ms", [])
     if lat:
@@ -938,6 +947,9 @@ async def bench(args: argparse.Namespace) -> int:
         plan = Plan(**{**plan.__dict__, "hosts": args.hosts})
     if args.publishers:
         plan = Plan(**{**plan.__dict__, "publishers": args.publishers})
+    for name in ("rebuild_hosts", "rebuild_events"):
+        if getattr(args, name, None):
+            plan = Plan(**{**plan.__dict__, name: getattr(args, name)})
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before measuring
     res: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
@@ -1004,6 +1016,10 @@ async def bench(args: argparse.Namespace) -> int:
     if "restart" not in skip:
         log(f"projector restart, {plan.hosts} hosts")
         res["restart"] = await restart.bench_restart(plan.hosts)
+    if "rebuild" not in skip:
+        log(f"projector rebuild, {plan.rebuild_hosts} hosts × {plan.rebuild_events} events")
+        res["rebuild"] = await rebuild.bench_rebuild(plan.rebuild_hosts, plan.rebuild_events,
+                                                     log=log)
     res["elapsed_s"] = time.monotonic() - started
     (out_dir / "bench-results.json").write_text(json.dumps(res, indent=1))
     print(table(res))

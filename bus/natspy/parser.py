@@ -12,7 +12,7 @@ headers (a status such as 503 "no responders") still takes nats-py's usual
 path to the subscription's callback.  `route_full(nc, sid, handler)` offers
 every message of subscription id `sid` to `handler(subject, reply, data,
 headers)`, which handles it and returns True, or returns False to leave it
-to nats-py's usual path (`bus.ordered_direct` uses it for an ordered
+to nats-py's usual path (`bus.natspy.ordered_consumer` uses it for an ordered
 JetStream consumer: data messages directly, control messages and anything
 unexpected the usual way).  Handlers must be quick and must not block: they
 run inside the connection's read loop.
@@ -22,9 +22,9 @@ connection: it parses MSG/HMSG control lines without regular expressions
 (a third of the receive cost), hands routed messages to their handler,
 and every other message and operation to nats-py's own code, with the same
 results (`tests/test_direct.py` compares the two parsers on arbitrary
-chunkings of a protocol stream).  Nothing is installed when nats-py's
-internals are not as expected (another version): then `route` returns False
-and everything keeps nats-py's path.
+chunkings of a protocol stream).  Nothing is installed when `bus.natspy`
+says the path is not usable (another nats-py, `CRR_NATS_FAST=0`): then
+`route` returns False and everything keeps nats-py's path.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 from nats.errors import ProtocolError
 
+from bus import natspy
+
 log = logging.getLogger("crr.bus.direct")
 
 Handler = Callable[[bytes, bytes], None]
@@ -51,8 +53,6 @@ handled it (False: nats-py's usual path takes it)."""
 _Args = tuple[int, bytes, bytes, int, int]
 """A MSG/HMSG control line: (sid, subject, reply, header bytes, total bytes)."""
 
-_NEEDED = ("MSG_RE", "HMSG_RE", "OK_RE", "ERR_RE", "PING_RE", "PONG_RE", "INFO_RE",
-           "AWAITING_CONTROL_LINE", "AWAITING_MSG_PAYLOAD", "MAX_CONTROL_LINE_SIZE", "Parser")
 
 
 class Reader(_np.Parser):
@@ -257,16 +257,19 @@ def _hmsg(t: list[bytes]) -> _Args:
     raise ProtocolError("nats: malformed MSG")
 
 
+def _own_parser(nc: Any) -> str | None:
+    """Whether `nc` reads with nats-py's own parser (the one `Reader` extends)."""
+    if type(nc._ps) is not _np.Parser or not isinstance(nc.stats, dict):
+        return f"the connection's parser is a {type(nc._ps).__name__}, not nats-py's Parser"
+    return None
+
+
 def reader(nc: Client) -> Reader | None:
     """`nc`'s `Reader`, installed now if need be (None: nats-py is not as expected)."""
     current = getattr(nc, "_ps", None)
     if isinstance(current, Reader):
         return current
-    if (type(current) is not getattr(_np, "Parser", None)
-            or not all(hasattr(_np, name) for name in _NEEDED)
-            or not callable(getattr(nc, "_process_msg", None))
-            or not isinstance(getattr(nc, "stats", None), dict)):
-        log.debug("nats-py's internals are not as expected: no direct route")
+    if not natspy.usable("parser", nc, _own_parser):
         return None
     installed = Reader(nc, current)
     nc._ps = installed

@@ -4,7 +4,7 @@ nats-py delivers each message of an ordered push consumer through a `Msg`,
 a reply-subject metadata parse, the subscription's queue and a task hop to
 the callback.  `Direct` takes the data messages (reply
 `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`)
-straight from the connection's parser (`bus.direct.route_full`) and keeps
+straight from the connection's parser (`bus.natspy.parser.route_full`) and keeps
 nats-py's ordered-consumer bookkeeping exactly as nats-py would: the
 expected consumer sequence (a gap is left to nats-py, which resets the
 consumer), the last stream sequence, the delivered count and last reply
@@ -41,7 +41,9 @@ from typing import Any
 
 from nats.js.api import Header
 
-from bus import direct, nats_headers
+from bus import natspy
+from bus.natspy import headers as nats_headers
+from bus.natspy import parser as direct
 
 log = logging.getLogger("crr.bus.ordered")
 
@@ -49,9 +51,6 @@ Deliver = Callable[[int, float, str, bytes, dict[str, str] | None, int],
                    Awaitable[None] | None]
 """(stream seq, server time, subject, data, headers, pending) of one data message."""
 
-_JSI_NEEDED = ("_dseq", "_sseq", "_active", "track_sequences", "reset_ordered_consumer",
-               "get_js_delivered", "_fcr", "_fcd", "_ordered", "_fctask")
-"""What nats-py 2.x's `JetStreamContext._JSI` holds and `Direct` keeps as nats-py would."""
 
 _STALLED = Header.CONSUMER_STALLED.encode() + b":"
 
@@ -63,6 +62,22 @@ FLOW_WINDOW = 32 * 1024 * 1024
 DRAIN_TURN = 256
 """Backlogged messages handled per turn of the event loop (the connection's read loop,
 and with it the acks of the reader's own publishes, runs between turns)."""
+
+
+def _ordered_shape(psub: Any) -> str | None:
+    """Whether `psub` is a nats-py 2.x ordered push subscription `Direct` can drive."""
+    sub = psub._sub
+    jsi = getattr(sub, "_jsi", None)
+    if jsi is None:
+        return "the subscription has no JetStream state (_jsi)"
+    missing = [a for a in natspy.JSI_NAMES if not hasattr(jsi, a)]
+    if missing:
+        return f"nats-py's JetStream subscription state has no {', '.join(missing)}"
+    if not jsi._ordered:
+        return "not an ordered consumer"
+    if not isinstance(getattr(sub, "_id", None), int) or not hasattr(sub, "_pending_queue"):
+        return "the subscription has no integer _id or no _pending_queue"
+    return None
 
 
 class Backlog:
@@ -159,13 +174,10 @@ class Direct:
         jsi: Any = getattr(sub, "_jsi", None)
         self._sub: Any = sub
         self._jsi: Any = jsi
-        self.active = (jsi is not None and all(hasattr(jsi, a) for a in _JSI_NEEDED)
-                       and bool(jsi._ordered) and isinstance(getattr(sub, "_id", None), int)
-                       and hasattr(sub, "_pending_queue")
-                       and nats_headers.usable() and direct.reader(nc) is not None)
+        self.active = natspy.usable("ordered_consumer", psub, _ordered_shape)
+        if self.active:  # (the paths it stands on, each checked and announced itself)
+            self.active = nats_headers.usable(nc) and direct.reader(nc) is not None
         if not self.active:
-            log.warning("unexpected nats-py internals: ordered consumer messages take "
-                        "nats-py's path")
             return
         jsi.get_js_delivered = lambda: self.handled
         original_reset = jsi.reset_ordered_consumer

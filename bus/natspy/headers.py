@@ -12,9 +12,9 @@ checks are done once), and leaves status blocks (`NATS/1.0 100 Idle
 Heartbeat`, `NATS/1.0 404 ...`: rare control messages) to nats-py's own code.
 
 `install(nc)` puts it in place on one connection (`bus.connection` does so
-for every connection it opens); it installs nothing when nats-py's internals
-are not as expected (another version) or when nats-py uses the optional
-`fast_mail_parser`, whose results differ.
+for every connection it opens); it installs nothing when `bus.natspy` says the
+path is not usable (another nats-py, `CRR_NATS_FAST=0`, or nats-py using the
+optional `fast_mail_parser`, whose results differ).
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from typing import Any
 
 import nats.aio.client as _client
 from nats.aio.client import Client
+
+from bus import natspy
 
 log = logging.getLogger("crr.bus.headers")
 
@@ -86,19 +88,23 @@ def plain(headers: bytes | None) -> bool:
 ProcessHeaders = Callable[[Any], Awaitable[dict[str, str] | None]]
 
 
-def usable() -> bool:
-    """Whether `parse_headers` gives what this nats-py's header parsing gives."""
-    return (getattr(_client, "parse_email", None) is None
-            and bytes(getattr(_client, "NATS_HDR_LINE", b"")) == _HDR_LINE
-            and callable(getattr(Client, "_parse_header_lines", None)))
+def _same_line(_: Any) -> str | None:
+    """Whether this nats-py's header line is the one `parse_headers` expects."""
+    if bytes(getattr(_client, "NATS_HDR_LINE", b"")) != _HDR_LINE:
+        return "nats-py's header line differs"
+    return None
+
+
+def usable(nc: Client | None = None) -> bool:
+    """Whether `parse_headers` gives what this nats-py's header parsing gives (on `nc`)."""
+    return natspy.usable("headers", nc, _same_line)
 
 
 def install(nc: Client) -> bool:
     """Make `nc` parse plain header blocks with `parse_headers`; whether it did."""
-    original: ProcessHeaders | None = getattr(nc, "_process_headers", None)
-    if original is None or not usable():
-        log.debug("nats-py's header parsing is not as expected: keeping it")
+    if not usable(nc):
         return False
+    original: ProcessHeaders = nc._process_headers
 
     async def process_headers(headers: Any) -> dict[str, str] | None:
         if headers and headers[8:10] == b"\r\n" and headers[:8] == _HDR_LINE:

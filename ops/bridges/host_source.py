@@ -1,0 +1,88 @@
+"""A per-host door's view of the snapshot: that host's record, the cluster record, the catalog.
+
+One ordered consumer on CRR_SNAPSHOT filtered to exactly those three subjects
+(last per subject, then live): a bridge beside each of 50k nodes reads three
+records, never the whole snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from bus.connection import Connection
+from bus.ordered import OrderedReader, StoredMessage
+from ops.bridges.engine import Clock, Planner
+from projections.exports import NodeWant, plan_host
+from schemas.catalog import Catalog
+from schemas.codec import decode
+from schemas.errors import PayloadError
+from schemas.snapshot import ClusterSnapshot, HostSnapshot
+from schemas.subjects import (
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_CLUSTER,
+    SNAPSHOT_STREAM,
+    host_snapshot_subject,
+    snapshot_kind,
+)
+
+log = logging.getLogger("crr.bridge")
+
+
+class HostSource:
+    """Follows one host's records (see module doc); a `Source` for the engine."""
+
+    def __init__(self, nc: Connection, host: str, *, clock: Clock = time.time) -> None:
+        self.host = host
+        self.record: HostSnapshot | None = None
+        self.cluster: ClusterSnapshot | None = None
+        self.planner = Planner()
+        self.changed = asyncio.Event()
+        self.position = 0
+        """Last CRR_SNAPSHOT sequence handled."""
+        self._changed_at: float | None = None
+        self._clock = clock
+        self._subject = host_snapshot_subject(host)
+        self._reader = OrderedReader(
+            nc, stream=SNAPSHOT_STREAM, subject=self._subject, handler=self._on_msg,
+            filter_subjects=[self._subject, SNAPSHOT_CLUSTER, SNAPSHOT_CATALOG])
+
+    @property
+    def changed_at(self) -> float | None:
+        """Clock time of the oldest change not yet planned."""
+        return self._changed_at
+
+    def _on_msg(self, m: StoredMessage) -> None:
+        self.position = max(self.position, m.seq)
+        try:
+            kind = snapshot_kind(m.subject)
+            if kind == "catalog":
+                self.planner.set_catalog(decode(m.data, Catalog))
+            elif kind == "cluster":
+                self.cluster = decode(m.data, ClusterSnapshot) if m.data else None
+            elif m.subject == self._subject:
+                self.record = decode(m.data, HostSnapshot) if m.data else None  # empty: forgotten
+        except PayloadError as exc:
+            log.warning("bridge: ignoring undecodable %s at seq %d: %s", m.subject, m.seq, exc)
+            return
+        if self._changed_at is None:
+            self._changed_at = self._clock()
+        self.changed.set()
+
+    def wants(self, now: float) -> dict[str, NodeWant]:
+        """This host's want at `now` (nothing while no catalog with exports is known)."""
+        self._changed_at = None
+        exports = self.planner.exports
+        if exports is None:
+            return {}
+        return {self.host: plan_host(exports, self.record, self.cluster, now)}
+
+    async def start(self, timeout: float = 30.0) -> None:
+        """Subscribe and wait for the initial load."""
+        await self._reader.start()
+        await self._reader.wait_ready(timeout)
+
+    async def stop(self) -> None:
+        """Unsubscribe."""
+        await self._reader.stop()

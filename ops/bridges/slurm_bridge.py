@@ -1,0 +1,247 @@
+"""`crr bridge slurm`'s loop: follow the scheduler view, reconcile Slurm on every change.
+
+One bridge per cluster.  It keeps the whole snapshot in a `SchedulerView` (as a
+scheduler would), so the wanted state of every node comes from the view's columnar
+`select[]` — one vectorised evaluation per export expression for all hosts, not a
+record decode per host — and staleness follows each resource's `on_stale` exactly as
+`crr select` does (they run the same compiled expression at the same `now`).
+
+A cycle runs when the view applies a record (a report, an expiry the projector wrote,
+a forgotten host's delete marker), no sooner than `min_gap` after the previous one
+(rate limit; changes arriving meanwhile are folded into the next cycle), and at least
+every `interval` even without changes: slurmctld forgets scontrol-set features on a
+restart or `scontrol reconfigure`, and only reading the nodes again notices.  A cycle
+that cannot reach Slurm is retried after a back-off (`bus.retry.Backoff`), counted in
+the status; the loop never ends on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from bus.retry import Backoff
+from ops.bridges.engine import Planner
+from ops.bridges.slurm import Reconciled, SlurmDoor, Update
+from ops.services.view import SchedulerView
+from producers.external import ExternalReporter
+from projections.exports import CompiledExports, NodeWant
+from schemas.catalog import Catalog
+from schemas.errors import SchedulerCommandError
+
+log = logging.getLogger("crr.bridge.slurm")
+
+RETRY = Backoff(first=1.0, cap=60.0, jitter=0.5)
+"""Back-off after a cycle that could not reach Slurm (slurmctld down, refused)."""
+
+HEALTH_REPORTER = "bridge-slurm"
+"""The reporter name the bridge's own health goes out under (cluster scope), so that
+`crr health` lists it beside the reporters: `failed` with the last error while Slurm
+cannot be read or refuses updates, `ok` otherwise, `stopped` when it ends."""
+
+HEARTBEAT = 15.0
+"""Seconds between the bridge's empty cluster reports (its liveness: without them a
+reporter seen only through Health turns `silent` after 45 s)."""
+
+
+def wants_from_view(view: SchedulerView, exports: CompiledExports, now: float,
+                    ) -> dict[str, NodeWant]:
+    """host → what crr wants on it at `now`, for every host in the view.
+
+    The same `NodeWant` as `projections.exports.plan_table`, computed column-wise: each
+    export's compiled expression is run once with `view.select` over all hosts (the
+    vectorised evaluator, which the select[] property tests hold to the reference one
+    that `plan_table` uses per host) instead of once per host.  Raw values are not
+    exported to Slurm, so they are left out.
+    """
+    feats: dict[str, set[str]] = {h: set() for h in view.table.hosts()}
+    for name, compiled in exports.features.items():
+        for host in view.select(compiled, now):
+            feats.setdefault(host, set()).add(name)
+    drain: dict[str, str] = {}
+    for rule in exports.drain:
+        for host in view.select(rule.when, now):
+            drain.setdefault(host, rule.reason)
+    return {h: NodeWant(features=frozenset(f), drain=drain.get(h)) for h, f in feats.items()}
+
+
+@dataclass
+class BridgeStatus:
+    """The loop's own findings beside the door's: plan problems, lag behind the view."""
+
+    cycles: int = 0
+    plan_error: str | None = None
+    last_cycle_at: float | None = None
+    last_cycle_seconds: float = 0.0
+    view_position: int = 0
+    applied_position: int = 0
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+class SlurmBridge:
+    """The reconcile loop over one `SlurmDoor` and one ready `SchedulerView`.
+
+    The exports come from the view's catalog (`exports:` in resources.yaml; none: the
+    bridge clears crr's features and drains).  `out`: where `--dry-run` prints each cycle's updates.
+    """
+
+    def __init__(self, view: SchedulerView, door: SlurmDoor, *,
+                 interval: float = 30.0, min_gap: float = 0.5, dry_run: bool = False,
+                 out: TextIO | None = None, clock: Callable[[], float] = time.time,
+                 health: ExternalReporter | None = None) -> None:
+        self.view = view
+        self.door = door
+        self.interval = interval
+        self.min_gap = min_gap
+        self.dry_run = dry_run
+        self.out = out
+        self.clock = clock
+        self.status = BridgeStatus()
+        self.health = health
+        self._said: tuple[str, str] | None = None
+        self._beat = 0.0
+        self.last: Reconciled | None = None
+        self._planner = Planner()
+        self._wants: dict[str, NodeWant] = {}
+        self._catalog: Catalog | None = None
+        self._changed = asyncio.Event()
+        self.cycled = asyncio.Condition()
+        """Notified after every cycle (tests and the bench wait on it, not on time)."""
+
+    def _exports(self) -> CompiledExports | None:
+        """The current catalog's exports (the engine's `Planner`, recompiled when the
+        catalog changes); None while they do not compile — the last good *wants* are then
+        kept (the old expressions would misread the new catalog's values), said once per
+        catalog in the status and the log."""
+        catalog = self.view.catalog
+        if catalog is None or catalog is self._catalog:
+            return None if self.status.plan_error else self._planner.exports
+        self._catalog = catalog
+        self.status.plan_error = self._planner.set_catalog(catalog)
+        if self.status.plan_error is not None or self._planner.exports is None:
+            return None
+        self.door.owned = self._planner.exports.features.keys()
+        return self._planner.exports
+
+    async def cycle(self) -> Reconciled:
+        """Read the view, reconcile Slurm once.  Raises `SchedulerCommandError` when Slurm
+        cannot be read."""
+        started = time.monotonic()
+        position = self.view.projector_position
+        exports = self._exports()
+        now = self.clock()
+        if exports is not None:
+            self._wants = wants_from_view(self.view, exports, now)
+        wants = self._wants
+        try:
+            done = await self.door.reconcile(wants, dry_run=self.dry_run)
+        finally:
+            self.status.cycles += 1
+            self.status.last_cycle_at = now
+            self.status.last_cycle_seconds = time.monotonic() - started
+            self.status.view_position = self.view.projector_position
+        self.status.applied_position = position
+        self.last = done
+        if self.dry_run and self.out is not None:
+            _print_updates(done.updates, self.out)
+        async with self.cycled:
+            self.cycled.notify_all()
+        return done
+
+    async def run(self, stop: asyncio.Event, *, once: bool = False) -> None:
+        """Cycle until `stop` is set (or once).  Never raises on Slurm failures."""
+        unsubscribe = self.view.subscribe(lambda _subject: self._changed.set())
+        try:
+            while not stop.is_set():
+                self._changed.clear()
+                try:
+                    if not await self._cycle_unless_stopped(stop):
+                        return
+                    delay = self.interval
+                except SchedulerCommandError:
+                    delay = RETRY.delay(max(1, self.door.status.consecutive_failures))
+                    async with self.cycled:
+                        self.cycled.notify_all()
+                self._tell_health()
+                if once:
+                    return
+                await self._wait(stop, min(delay, HEARTBEAT) if self.health else delay)
+        finally:
+            unsubscribe()
+            if self.health is not None and not self.dry_run:
+                self.health.health("stopped", "crr bridge slurm stopped")
+
+    def _tell_health(self) -> None:
+        """Publish the bridge's state when it changed, and a heartbeat now and then."""
+        if self.health is None or self.dry_run:
+            return
+        st = self.door.status
+        if not st.healthy:
+            said = ("failed", f"{st.last_error} ({st.consecutive_failures} failing cycle(s))")
+        elif self.status.plan_error:
+            said = ("failed", self.status.plan_error)
+        else:
+            unknown = f", {len(st.unknown_nodes)} unknown to Slurm" if st.unknown_nodes else ""
+            said = ("ok", f"{st.nodes} Slurm nodes{unknown}")
+        if said != self._said:
+            self._said = said
+            self.health.health("failed" if said[0] == "failed" else "ok", said[1])
+        now = time.monotonic()
+        if now - self._beat >= HEARTBEAT:
+            self._beat = now
+            self.health.report({})
+
+    async def _cycle_unless_stopped(self, stop: asyncio.Event) -> bool:
+        """One cycle, abandoned (its scontrol/sinfo child killed) when `stop` is set
+        meanwhile: a hung slurmctld must not keep SIGTERM waiting for the command timeout.
+        False when stopped."""
+        cycle = asyncio.ensure_future(self.cycle())
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({cycle, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if not cycle.done():
+            cycle.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await cycle
+            return False
+        cycle.result()
+        return True
+
+    async def _wait(self, stop: asyncio.Event, delay: float) -> None:
+        """Until `stop`, a view change (but at least `min_gap` from now), or `delay`."""
+        deadline = time.monotonic() + delay
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), min(self.min_gap, delay))
+        if stop.is_set():
+            return
+        waits = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._changed.wait())}
+        try:
+            await asyncio.wait(waits, timeout=max(0.0, deadline - time.monotonic()),
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    def status_dict(self) -> dict[str, object]:
+        """The bridge's status: the door's counters and the loop's own."""
+        return {**self.door.status.as_dict(), "cycles": self.status.cycles,
+                "plan_error": self.status.plan_error,
+                "last_cycle_seconds": round(self.status.last_cycle_seconds, 4),
+                "lag_events": max(0, self.status.view_position - self.status.applied_position),
+                "dry_run": self.dry_run}
+
+
+def _print_updates(updates: Sequence[Update], out: TextIO) -> None:
+    if not updates:
+        print("# slurm: nothing to change", file=out, flush=True)
+        return
+    for update in updates:
+        print(update.describe(), file=out)
+    out.flush()

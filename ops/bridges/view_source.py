@@ -1,0 +1,61 @@
+"""A whole-cluster door's view of the snapshot: the scheduler view (`ops.services.view`).
+
+For a door that serves every node from one process (Slurm): the view's
+columnar table, followed live; the wants of every host are planned from it
+(`projections.exports.plan_table`).  The view's listener marks the source
+changed on every record, the catalog record re-plans the exports (a catalog
+whose exports no longer compile keeps the last good plan: `Planner`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ops.bridges.engine import Clock, Planner
+from ops.services.view import SchedulerView
+from projections.exports import NodeWant, plan_table
+from schemas.catalog import Catalog
+
+
+class ViewSource:
+    """Every host of a `SchedulerView` (started and ready); a `Source` for the engine."""
+
+    def __init__(self, view: SchedulerView, *, clock: Clock = time.time) -> None:
+        self.view = view
+        self.planner = Planner()
+        self.changed = asyncio.Event()
+        self._changed_at: float | None = None
+        self._clock = clock
+        self._catalog: Catalog | None = None
+        self._unsubscribe = view.subscribe(self._on_change)
+        self._follow_catalog()
+
+    @property
+    def changed_at(self) -> float | None:
+        """Clock time of the oldest change not yet planned."""
+        return self._changed_at
+
+    def _on_change(self, _subject: str) -> None:
+        if self._changed_at is None:
+            self._changed_at = self._clock()
+        self.changed.set()
+
+    def _follow_catalog(self) -> None:
+        catalog = self.view.catalog
+        if catalog is not None and catalog is not self._catalog:
+            self._catalog = catalog
+            self.planner.set_catalog(catalog)
+
+    def wants(self, now: float) -> dict[str, NodeWant]:
+        """Every host's want at `now` (nothing while no catalog with exports is known)."""
+        self._changed_at = None
+        self._follow_catalog()
+        exports = self.planner.exports
+        if exports is None:
+            return {}
+        return plan_table(exports, self.view.table, now)
+
+    def close(self) -> None:
+        """Stop listening to the view."""
+        self._unsubscribe()
