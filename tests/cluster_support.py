@@ -9,6 +9,7 @@ loopback ports.
 
 from __future__ import annotations
 
+import random
 import socket
 from pathlib import Path
 from types import TracebackType
@@ -22,16 +23,32 @@ from schemas.subjects import EVENTS_STREAM, SNAPSHOT_STREAM
 CLUSTER_NAME = "crr"
 
 
-def free_ports(n: int) -> list[int]:
-    """`n` distinct free TCP ports on loopback (bound then released)."""
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
+def free_ports(count: int) -> list[int]:
+    """`count` distinct TCP ports free on every address now, taken below the kernel's
+    ephemeral range (for servers that take their ports from a config, and restart on them).
+
+    Below that range, because a port the kernel hands out for `bind(0)` is also one it
+    hands out as the source port of an outgoing connection: a client's connection (the
+    `scontrol ping`s that wait for slurmctld, a NATS client reconnecting while a server is
+    down) can hold the port when the server binds it, and the server then exits ("Address
+    already in use"; seen in CI as a slurmd that left every node UNKNOWN).
+    """
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random()
+    ports: list[int] = []
+    while len(ports) < count:
+        port = rng.randrange(10000, max(low, 10001))
+        if port in ports:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+        ports.append(port)
     return ports
 
 

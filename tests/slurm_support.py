@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -34,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from tests.cluster_support import free_ports
 
 PROGRAMS = ("munged", "mungekey", "slurmctld", "slurmd", "scontrol", "sinfo", "sbatch")
 
@@ -59,13 +60,6 @@ def require_slurm() -> None:
                     "`apt-get install slurm-wlm slurmctld slurmd munge`, as .ci/run does)")
     if os.geteuid() != 0:
         pytest.skip("the Slurm fixture runs slurmctld/slurmd with SlurmUser=root")
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (slurmctld takes ports only from its config)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(what: str, check: object, timeout: float = 30.0, poll: float = 0.1) -> None:
@@ -138,15 +132,20 @@ class SlurmCluster:
                                f"--seed-file={self.root / 'munge' / 'seed'}",
                                f"--log-file={self.root / 'log' / 'munged.log'}"])
         wait_for("munged's socket", sock.exists, timeout=10)
+        ctld_port, slurmd_port = free_ports(2)
         self.conf.write_text(slurm_conf(
-            self.root, nodes=self.nodes, cluster=self.cluster, ctld_port=free_port(),
-            slurmd_port=free_port(), munge_socket=sock))
+            self.root, nodes=self.nodes, cluster=self.cluster, ctld_port=ctld_port,
+            slurmd_port=slurmd_port, munge_socket=sock))
         self.start_slurmctld()
         if self.with_slurmd:
             self._spawn("slurmd", [_which("slurmd"), "-D", "-N", self.first_node])
             # One slurmd answers the pings of every node (they share 127.0.0.1).
-            wait_for("every node to be idle", lambda: set(
-                self.sinfo("-h", "-N", "-o", "%T").split()) <= {"idle", "drained"})
+            try:
+                wait_for("every node to be idle", self._nodes_up, timeout=60)
+            except AssertionError as e:
+                raise AssertionError(f"{e}; sinfo: {self.sinfo('-h', '-N', '-o', '%N=%T')!r}; "
+                                     f"{self._log_tail('slurmd')}; "
+                                     f"{self._log_tail('slurmctld')}") from None
 
     @property
     def first_node(self) -> str:
@@ -167,11 +166,26 @@ class SlurmCluster:
         self.stop_slurmctld()
         self.start_slurmctld()
 
+    def _nodes_up(self) -> bool:
+        for name in ("slurmd", "slurmctld"):
+            proc = self._procs[name]
+            if proc.poll() is not None:
+                raise AssertionError(f"{name} exited {proc.returncode}: {self._log_tail(name)}")
+        return set(self.sinfo("-h", "-N", "-o", "%T").split()) <= {"idle", "drained"}
+
+    def _log_tail(self, name: str, size: int = 2000) -> str:
+        """The end of `name`'s log file and of its captured output."""
+        parts = []
+        for path in (self.root / "log" / f"{name}.log", self.root / "log" / f"{name}.out"):
+            if path.exists():
+                parts.append(f"{path.name}: {path.read_text(errors='replace')[-size:]}")
+        return " | ".join(parts) or f"{name}: no log"
+
     def _ctld_up(self) -> bool:
         proc = self._procs["slurmctld"]
         if proc.poll() is not None:
-            log = (self.root / "log" / "slurmctld.log").read_text(errors="replace")
-            raise AssertionError(f"slurmctld exited {proc.returncode}: {log[-2000:]}")
+            raise AssertionError(f"slurmctld exited {proc.returncode}: "
+                                 f"{self._log_tail('slurmctld')}")
         ran = self._run(_which("scontrol"), "ping")
         return ran.returncode == 0 and "is UP" in ran.stdout
 
