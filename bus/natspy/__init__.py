@@ -22,7 +22,8 @@ the shape it needs, and `CRR_NATS_FAST` not `0`.  Every "no" is announced once p
 path and reason at WARNING, counted (`fallbacks`, exported as a metric), and listed by
 `report()` (what `crr doctor` prints).  The public paths are those nats-py offers to
 any client, so a nats-py that renamed a name makes crr slower, never wrong; CI runs
-the bus suite both ways (`CRR_NATS_FAST=0`) and against the newest nats-py 2.x.
+the bus suite both ways (`CRR_NATS_FAST=0`), and on the oldest nats-py pyproject.toml
+admits (2.15.0) and the newest 2.x.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import nats.protocol.parser as _parser
 
 log = logging.getLogger("crr.bus.natspy")
 
-SUPPORTED = ((2, 9), (3, 0))
+SUPPORTED = ((2, 15), (3, 0))
 """nats-py versions the fast paths are written for: at least the first, below the second."""
 
 FAST_ENV = "CRR_NATS_FAST"
