@@ -61,6 +61,7 @@ async def test_url_with_another_scheme_is_refused_at_once() -> None:
     assert time.monotonic() - started < 10  # no retries (a child's start-up is the cost)
 
 
+@pytest.mark.slow  # several seconds of real waiting: `pytest -m slow`
 async def test_down_server_is_one_precise_line() -> None:
     """Several one-shot commands against a closed port: one line each, the cause said once,
     never an empty `(last error: )`, no WARNING lines from the retries."""

@@ -27,6 +27,7 @@ def test_unknown_argument_is_one_line_exit_2(capsys: pytest.CaptureFixture[str])
     assert len(err.splitlines()) == 1
 
 
+@pytest.mark.slow  # several seconds of real waiting: `pytest -m slow`
 def test_server_down_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     """A server that is down gives exit 1 and a line naming the URL, no traceback."""
     code = main(["hosts", "--server", "nats://127.0.0.1:1"])

@@ -12,6 +12,8 @@ import pty
 import re
 import sys
 
+import pytest
+
 from tests.cli_support import cli_env, crr
 from tests.fault_support import eventually
 
@@ -23,6 +25,7 @@ async def _demo(*argv: str) -> asyncio.subprocess.Process:
         stderr=asyncio.subprocess.PIPE)
 
 
+@pytest.mark.slow  # several seconds of real waiting: `pytest -m slow`
 async def test_piped_demo_says_what_it_shows_and_prints_one_table() -> None:
     """Piped, for 20 s: the URL and its `export NATS_URL=` line first (a second terminal with
     that environment lists the demo's hosts), the note on sim03, change lines (sim03 turning

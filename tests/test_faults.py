@@ -250,6 +250,7 @@ def fill(mnt: Path, leave: int) -> Path:
     return filler
 
 
+@pytest.mark.slow  # several seconds of real waiting: `pytest -m slow`
 async def test_disk_full_then_space_returns(small_disk: Path, tmp_path: Path) -> None:
     """The server's store runs out of space: publishers keep their values and say why, the
     projector keeps running, the server logs ENOSPC; once space returns and the

@@ -12,6 +12,7 @@ would never rewrite the snapshot records a lost CRR_SNAPSHOT tail took away.
 
 from __future__ import annotations
 
+import pytest
 from nats.aio.client import Client
 
 from bus.server import NatsServer
@@ -41,6 +42,7 @@ async def values(nc: Client) -> dict[str, float]:
             if "scratch_free" in s.values}
 
 
+@pytest.mark.slow  # several seconds of real waiting: `pytest -m slow`
 async def test_rebuild_when_events_stream_went_backwards(
         server_and_client: tuple[NatsServer, Client]) -> None:
     """CRR_EVENTS loses its tail (h0-h4 = 2.0) and new events re-use those sequence numbers
@@ -109,6 +111,7 @@ async def test_rebuild_when_snapshot_stream_went_backwards(
         assert snap.projector.last_seq == last
 
 
+@pytest.mark.slow  # several seconds of real waiting: `pytest -m slow`
 async def test_no_rebuild_after_a_clean_restart(
         server_and_client: tuple[NatsServer, Client]) -> None:
     """A clean server restart loses nothing: the projector checks and carries on (no

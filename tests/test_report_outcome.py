@@ -176,6 +176,7 @@ async def test_deadletter_with_reporter_credentials_is_one_clear_line(tmp_path: 
                                        "cannot read crr.v1.deadletter"), ran.err
 
 
+@pytest.mark.slow  # several seconds of real waiting: `pytest -m slow`
 async def test_refused_publish_names_the_refusal(tmp_path: Path) -> None:
     """A publish the server's authorization drops ends in a bare timeout in nats-py; the one
     error line names the permissions violation the server reported instead."""

@@ -196,6 +196,7 @@ def durable_server(tmp_path: Path) -> Iterator[NatsServer]:
         yield server
 
 
+@pytest.mark.slow  # several seconds of real waiting: `pytest -m slow`
 async def test_converges_after_server_restart(durable_server: NatsServer) -> None:
     """After a SIGKILL and restart of the server (same port and store) the view follows
     changes made after the restart, without being restarted itself."""
