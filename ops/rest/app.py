@@ -474,5 +474,10 @@ def create_app(view: SchedulerView, *, debug: bool = False, silent_after: float 
         exception_handlers=EXCEPTION_HANDLERS,
         after_request=api.liveness_headers,
         debug=debug,
+        # Logging stays crr's (`ops.cli`'s one format): Litestar's default config replaces
+        # the root logger's handlers with a queue and a listener thread of its own, which
+        # reformats every crr line of `crr api` and, in a test process, keeps writing to a
+        # stream that pytest has closed.
+        logging_config=None,
     )
     return app, api
