@@ -210,16 +210,13 @@ async def test_api_stops_with_an_event_stream_open(nc: Client, nats_url: str) ->
     """`crr api` serving, a client reading /v1/events: stopped in time, the stream ended."""
     import httpx  # noqa: PLC0415 - the api extra
 
-    async with service("api", "--server", nats_url, "--listen", "127.0.0.1:0") as svc:
-        line = await svc.wait_line(r"^crr api: serving on http://")
-        base = re.search(r"(http://[\d.:]+)/", line)
-        assert base is not None
-        async with httpx.AsyncClient(base_url=base.group(1), timeout=30) as client:
-            await eventually(lambda: _ready(client), 30.0, "the view loaded")
-            async with client.stream("GET", "/v1/events") as stream:
-                lines = stream.aiter_lines()
-                assert (await anext(lines)).startswith("event: hello")
-                assert_quick(await svc.stop())
+    async with (service("api", "--server", nats_url, "--listen", "127.0.0.1:0") as svc,
+                httpx.AsyncClient(base_url=await _api_base(svc), timeout=30) as client):
+        await eventually(lambda: _ready(client), 30.0, "the view loaded")
+        async with client.stream("GET", "/v1/events") as stream:
+            lines = stream.aiter_lines()
+            assert (await anext(lines)).startswith("event: hello")
+            assert_quick(await svc.stop())
     # Its log is crr's (one format, the level given), not Litestar's root-logger takeover
     # (`INFO - 2026-… - crr.bus - connection - nats: disconnected`).
     assert not re.search(r"^(DEBUG|INFO|WARNING|ERROR) - \d{4}-", svc.output, re.M), svc.output
@@ -232,10 +229,7 @@ async def test_api_event_stream_client_leaving_leaves_no_pending_task(
     import httpx  # noqa: PLC0415 - the api extra
 
     async with service("api", "--server", nats_url, "--listen", "127.0.0.1:0") as svc:
-        line = await svc.wait_line(r"^crr api: serving on http://")
-        base = re.search(r"(http://[\d.:]+)/", line)
-        assert base is not None
-        async with httpx.AsyncClient(base_url=base.group(1), timeout=30) as client:
+        async with httpx.AsyncClient(base_url=await _api_base(svc), timeout=30) as client:
             await eventually(lambda: _ready(client), 30.0, "the view loaded")
             for _ in range(3):  # each one leaves after the first event
                 async with client.stream("GET", "/v1/events") as stream:
@@ -244,6 +238,14 @@ async def test_api_event_stream_client_leaving_leaves_no_pending_task(
         assert_quick(await svc.stop())
         assert "Task was destroyed" not in svc.output
         assert "Traceback" not in svc.output
+
+
+async def _api_base(svc: Service) -> str:
+    """The `http://host:port` a started `crr api` says it serves on."""
+    line = await svc.wait_line(r"^crr api: serving on http://")
+    base = re.search(r"(http://[\d.:]+)/", line)
+    assert base is not None, line
+    return base.group(1)
 
 
 async def _ready(client: object) -> bool:
