@@ -68,7 +68,8 @@ def rebuild_heap(state: ProjectionState) -> None:
 
 
 def record_deadlines(state: ProjectionState, host: str | None, rec: Record) -> list[Deadline]:
-    """Heap entries for everything of one record still to come due."""
+    """Heap entries for everything of one record still to come due (each batch's `due`
+    set to match: the caller pushes them all)."""
     entries: list[Deadline] = []
     plan = state.plan
     lifetimes = plan.lifetimes
@@ -82,8 +83,10 @@ def record_deadlines(state: ProjectionState, host: str | None, rec: Record) -> l
         for batch in rs.batches if rs is not None else []:
             stale = batch.stale or {}
             if uniform is not None and batch.keyset and not stale:
-                due = {batch.received_at + uniform}
+                batch.due = batch.received_at + uniform  # (its one entry)
+                due = {batch.due}
             else:
+                batch.due = 0.0
                 due = {batch.received_at + lifetimes[n] for n in batch.keyset
                        if n not in stale}
             for d in sorted(due):

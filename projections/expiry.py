@@ -3,7 +3,8 @@
 The fold's `expire` and the expiry `apply` runs first both come here
 (`expire_due`); it pops the deadline heap (`projections.deadlines`) up to `now`
 and settles each (host, reporter) an entry names.  Entries of overwritten
-reports are skipped.
+reports are skipped; the entry of a report refreshed in place since it was
+pushed (`projections.state.Batch.due`) goes back on the heap at its new time.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import heapq
 
 from projections.changes import Acc
-from projections.state import Batch, ProjectionState, ReporterRecord
+from projections.state import Batch, Deadline, ProjectionState, ReporterRecord
 
 
 def expire_due(state: ProjectionState, now: float, acc: Acc) -> None:
@@ -20,9 +21,35 @@ def expire_due(state: ProjectionState, now: float, acc: Acc) -> None:
     while heap and heap[0].due <= now:
         entry = heapq.heappop(heap)
         batch = entry.batch
-        if batch is not None and batch.dead:
-            continue
+        if batch is not None:
+            if batch.dead:
+                continue
+            if batch.due > now:  # refreshed in place since the entry was pushed
+                state.counter += 1
+                heapq.heappush(heap, Deadline(batch.due, state.counter, entry.host,
+                                              entry.reporter, batch))
+                continue
+            batch.due = 0.0  # settled: no entry of it is left
         _settle(state, entry.host, entry.reporter, acc, batch=batch, now=now)
+
+
+def push_refreshed(state: ProjectionState) -> None:
+    """Move the entries at the top of the heap whose batch was refreshed in place since
+    (or died) to where they belong, so that the top is when expiry has work to do."""
+    heap = state.heap
+    while heap:
+        top = heap[0]
+        batch = top.batch
+        if batch is None:
+            return
+        if batch.dead:
+            heapq.heappop(heap)
+        elif batch.due > top.due:
+            state.counter += 1
+            heapq.heapreplace(heap, Deadline(batch.due, state.counter, top.host, top.reporter,
+                                             batch))
+        else:
+            return
 
 
 def _settle(state: ProjectionState, host: str | None, reporter: str, acc: Acc, *,

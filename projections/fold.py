@@ -7,7 +7,7 @@ Where a report becomes a snapshot value — the path of one stored message:
    subject (cached per subject).
 2. A report from a reporter the catalog knows is decoded by that reporter's
    typed decoder (`projections.plan.ReporterPlan.decoder`); if every value
-   it owns is there and valid, the decode *was* the validation and the
+   it sets is one it owns, valid, the decode *was* the validation and the
    report is stored as decoded (`projections.reports.fast_report`, the hot path).
 3. Anything else is decoded once, generically (`_apply`), and dispatched on
    its type with `match` (`projections.event_dispatch`): a report is checked
@@ -47,7 +47,7 @@ from projections.deadlines import record_deadlines
 from projections.envelope import Envelope
 from projections.event_address import address
 from projections.event_dispatch import apply_event
-from projections.expiry import expire_due
+from projections.expiry import expire_due, push_refreshed
 from projections.forgetting import apply_forget
 from projections.plan import compile_plan
 from projections.reports import fast_report, impostor
@@ -119,11 +119,9 @@ def expire(state: ProjectionState, now: float) -> Changes:
 
 def next_deadline(state: ProjectionState) -> float | None:
     """When `expire` next has something to do (None: nothing pending)."""
-    heap = state.heap
-    # Drop entries whose report was entirely overwritten; they would do nothing.
-    while heap and (b := heap[0].batch) is not None and b.dead:
-        heapq.heappop(heap)
-    return heap[0].due if heap else None
+    # Entries whose report was entirely overwritten, or refreshed since, would do nothing.
+    push_refreshed(state)
+    return state.heap[0].due if state.heap else None
 
 
 def fold(

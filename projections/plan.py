@@ -7,9 +7,9 @@ report, without looking at the catalog again:
 
 - which resources a reporter may report on a host or on the cluster subject
   (`ReporterPlan.rules`), and how long each value stays fresh (`lifetimes`);
-- how to decode a report that sets every one of them validly in a single
-  typed msgspec decode (`ReporterPlan.decoder`: the fast path — the decode
-  *is* the validation, see `projections.validation.value_type`);
+- how to decode a report that sets any of them validly in a single typed
+  msgspec decode (`ReporterPlan.decoder`: the fast path — the decode *is*
+  the validation, see `projections.validation.value_type`);
 - when the reporter turns silent (`ReporterPlan.silent_life`,
   `CatalogPlan.reporter_lifetime`).
 """
@@ -37,12 +37,10 @@ class ReporterPlan(msgspec.Struct, frozen=True, kw_only=True):
     keyset: frozenset[str]
     """The same names as a set (the keyset of a batch that sets them all)."""
     decoder: msgspec.json.Decoder[Any]
-    """Decodes a Report only if it sets every resource of `rules` with a valid value."""
+    """Decodes a Report only if every value it sets is one of `rules`, valid (the rest
+    left `msgspec.UNSET`): a full report sets them all, a partial one some."""
     set_fields: tuple[str, ...]
     """Attributes of `decoder`'s values struct that are string sets (sorted after decoding)."""
-    partial: msgspec.json.Decoder[Any]
-    """Decodes a Report only if every value it sets is one of `rules`, valid (the rest
-    left `msgspec.UNSET`): a partial report, applied without per-value work too."""
     set_names: tuple[str, ...]
     """The string sets among `names` (sorted after a `partial` decode)."""
     uniform_life: float | None
@@ -100,8 +98,7 @@ def compile_plan(catalog: Catalog) -> CatalogPlan:
         lives = {lifetimes[n] for n in names}
         reporters[key] = ReporterPlan(
             rules=table, names=names, keyset=frozenset(names),
-            decoder=_report_decoder(key[0], names, table, partial=False),
-            partial=_report_decoder(key[0], names, table, partial=True),
+            decoder=_report_decoder(key[0], names, table),
             set_names=tuple(n for n in names if table[n].kind == "string_set"),
             set_fields=tuple(f"f{i}" for i, n in enumerate(names)
                              if table[n].kind == "string_set"),
@@ -114,25 +111,25 @@ def compile_plan(catalog: Catalog) -> CatalogPlan:
                        reporter_life=reporter_life, uniform_life=uniform_life)
 
 
-def _report_decoder(reporter: str, names: tuple[str, ...], rules: dict[str, ResourceSpec],
-                    *, partial: bool) -> msgspec.json.Decoder[Any]:
-    """A Report decoder whose `values` must hold exactly these resources, each valid
-    (`partial`: any of them, each valid; the others `msgspec.UNSET`).
+def _report_decoder(reporter: str, names: tuple[str, ...],
+                    rules: dict[str, ResourceSpec]) -> msgspec.json.Decoder[Any]:
+    """A Report decoder whose `values` may hold only these resources, each valid (the
+    others `msgspec.UNSET`).
 
     The values struct's fields are `f0`, `f1`, ... (renamed to the resource
-    names on the wire) in the order of `names`; the full struct is stored as
-    decoded (`projections.state.Batch.full`).
+    names on the wire) in the order of `names`; the struct of a full report (nothing
+    `UNSET`) is stored as decoded (`projections.state.Batch.full`).
     """
-    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
-        (f"f{i}", value_type(rules[n]) | msgspec.UnsetType, msgspec.UNSET) if partial
-        else (f"f{i}", value_type(rules[n])) for i, n in enumerate(names)]
+    fields: list[tuple[str, Any, Any]] = [
+        (f"f{i}", value_type(rules[n]) | msgspec.UnsetType, msgspec.UNSET)
+        for i, n in enumerate(names)]
     values = msgspec.defstruct(
-        f"{'Some' if partial else ''}Values_{reporter}", fields,
+        f"Values_{reporter}", fields,
         kw_only=True, forbid_unknown_fields=True, gc=False,
         rename={f"f{i}": n for i, n in enumerate(names)},
     )
     report = msgspec.defstruct(
-        f"{'Partial' if partial else ''}Report_{reporter}",
+        f"Report_{reporter}",
         [("reporter", str), ("boot", str), ("seq", int), ("observed_at", str),
          ("values", values), ("host", str | None, None)],
         kw_only=True, frozen=True,

@@ -2,8 +2,9 @@
 
 A report from a reporter the catalog knows is first decoded by that
 reporter's typed decoder (`projections.plan.ReporterPlan.decoder`); if every
-value it owns is there and valid, the decode *was* the validation and the
-report is stored as decoded (`fast_report`, the hot path).  Otherwise the
+value it sets is one the reporter owns, valid, the decode *was* the
+validation: a report that sets them all is stored as decoded, one that sets
+some as the dict of those (`fast_report`, the hot path).  Otherwise the
 report, decoded generically, is checked value by value (`apply_report`:
 rejected values are counted on the reporter with their reasons, the rest is
 stored).  Either way the accepted values land as a `Batch` (`_store`) and
@@ -59,11 +60,11 @@ _NO_REASONS: Final[list[str]] = []  # shared, never mutated (records replace, no
 
 
 def fast_report(state: ProjectionState, env: Envelope, addr: EventAddress) -> bool | str:
-    """Apply a report that sets every resource of its reporter with a valid value, validated
-    by the one typed decode of its reporter's plan; no per-value work.
+    """Apply a report whose every value is one its reporter owns, valid, validated by the
+    one typed decode of its reporter's plan; no per-value work.
 
-    True: applied.  False: no plan, or the typed decode failed (something is missing
-    or invalid): the state is untouched and the general path decodes the report once
+    True: applied.  False: no plan, or the typed decode failed (a value unknown or
+    invalid): the state is untouched and the general path decodes the report once
     more, generically, to sort out value by value what is wrong.  A string: the
     dead-letter reason of a report from someone its subject does not name.
     """
@@ -72,44 +73,73 @@ def fast_report(state: ProjectionState, env: Envelope, addr: EventAddress) -> bo
     if plan is None:  # none before the first catalog
         return False
     try:
+        # One decode for full and partial reports alike: a full one leaves nothing
+        # `UNSET` (the typed decoder that requires every value would fail on a partial
+        # report only after parsing it, and raising costs more than the decode).
         report = plan.decoder.decode(env.data)
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return _partial_report(state, env, addr, plan)
+        return False
     if report.reporter != reporter or report.host != host:
         return impostor(report.reporter, report.host, addr)
     vals = report.values
+    decoded = astuple(vals)
+    if msgspec.UNSET in decoded:
+        return _partial_report(state, env, host, reporter, plan,
+                               observed_at=report.observed_at, decoded=decoded)
     for attr in plan.set_fields:
         v = getattr(vals, attr)
         if v is not None:
             setattr(vals, attr, sorted(set(v)))
     t = env.received_at
-    batch = Batch(None, report.observed_at, t, plan.keyset, vals, plan.names)
     rec = state.hosts.get(host) if host is not None else state.cluster
     rs = rec.reporters.get(reporter) if rec is not None else None
     uniform = plan.uniform_life
     if (rec is None or rs is None or uniform is None or rs.state != "ok" or rs.silent
-            or rs.rejected or len(rs.batches) != 1):
-        _store(state, state.record(host), reporter, host, batch, at=(env.seq, t), rejected=0,
-               reasons=_NO_REASONS)
+            or rs.rejected or not rs.batches):
+        _store(state, state.record(host), reporter, host,
+               Batch(None, report.observed_at, t, plan.keyset, vals, plan.names),
+               at=(env.seq, t), rejected=0, reasons=_NO_REASONS)
         return True
     # Steady state: the reporter re-set everything it owns, and all is well.
     batches = rs.batches
-    batches[0].kill()
-    batches[0] = batch
+    if len(batches) > 1:  # (partial reports since its last full one: all overwritten now)
+        for b in batches[1:]:
+            b.kill()
+        del batches[1:]
     deadline = t + uniform
+    old = batches[0]
+    if _refreshable(old, deadline):
+        old.values, old.full, old.keyset, old.order = None, vals, plan.keyset, plan.names
+        old.observed_at, old.received_at, old.due = report.observed_at, t, deadline
+    else:
+        old.kill()
+        batch = batches[0] = Batch(None, report.observed_at, t, plan.keyset, vals, plan.names,
+                                   due=deadline)
+        state.counter += 1
+        heapq.heappush(state.heap, Deadline(deadline, state.counter, host, reporter, batch))
     silent_at = t + plan.silent_life
-    counter = state.counter + 1
-    heapq.heappush(state.heap, Deadline(deadline, counter, host, reporter, batch))
     if silent_at != deadline:
-        counter += 1
-        heapq.heappush(state.heap, Deadline(silent_at, counter, host, reporter, None))
-    state.counter = counter
+        state.counter += 1
+        heapq.heappush(state.heap, Deadline(silent_at, state.counter, host, reporter, None))
     rs.last_report_at = t
     if rs.overdue:
         rs.overdue = None  # it just set every resource it owns
     rec.as_seq = env.seq
     rec.as_time = t
     return True
+
+
+def _refreshable(batch: Batch, due: float) -> bool:
+    """Whether a report that re-sets exactly `batch`'s values, due at `due`, may refresh it
+    in place: its one heap entry is still pending (`Batch.due`: none of it settled), and
+    comes due no later than `due` (it is pushed again then; receive times that went
+    backwards get an entry of their own)."""
+    return 0.0 < batch.due <= due
+
+
+def _shadows(names: Any, batches: list[Batch]) -> bool:
+    """Whether `names` re-sets every value of a batch before the last one."""
+    return any(b.keyset <= names for b in batches[:-1])
 
 
 def _store(
@@ -140,7 +170,8 @@ def _store(
         uniform = rp.uniform_life if rp is not None else None
         deadlines: tuple[float, ...]
         if uniform is not None:
-            deadlines = (received_at + uniform,)
+            batch.due = received_at + uniform
+            deadlines = (batch.due,)
         else:
             lifetimes = plan.lifetimes
             deadlines = tuple(sorted({received_at + lifetimes[n] for n in names}))
@@ -190,29 +221,45 @@ def _drop_shadowed(batches: list[Batch], names: Any) -> None:
     batches[:] = keep
 
 
-def _partial_report(state: ProjectionState, env: Envelope, addr: EventAddress,
-                    plan: ReporterPlan) -> bool | str:
+def _partial_report(state: ProjectionState, env: Envelope, host: str | None, reporter: str,
+                    plan: ReporterPlan, *, observed_at: str, decoded: tuple[Any, ...]) -> bool:
     """`fast_report` for a report that sets some of its reporter's resources, each validly
-    (`ReporterPlan.partial`): what `apply_report` does with such a report, without its
-    per-value checks.  False when it does not decode so (the general path says why)."""
-    _, reporter, host = addr
-    try:
-        report = plan.partial.decode(env.data)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return False
-    if report.reporter != reporter or report.host != host:
-        return impostor(report.reporter, report.host, addr)
+    (`decoded`: its values in the order of `plan.names`, `UNSET` where it sets none):
+    what `apply_report` does with such a report, without its per-value checks."""
     unset = msgspec.UNSET
-    accepted = {n: v for n, v in zip(plan.names, astuple(report.values), strict=True)
-                if v is not unset}
+    accepted = {n: v for n, v in zip(plan.names, decoded, strict=True) if v is not unset}
     for name in plan.set_names:
         v = accepted.get(name)
         if v is not None:
             accepted[name] = sorted(set(v))
     t = env.received_at
-    _store(state, state.record(host), reporter, host,
-           Batch(accepted, report.observed_at, t, accepted.keys()), at=(env.seq, t),
-           rejected=0, reasons=_NO_REASONS)
+    rec = state.record(host)
+    rs = rec.reporters.get(reporter)
+    uniform = plan.uniform_life
+    if (rs is not None and uniform is not None and rs.state == "ok" and not rs.silent
+            and not rs.rejected and rs.since is not None and rs.batches):
+        # Steady state: the reporter re-set exactly what its last report set.
+        batches = rs.batches
+        last = batches[-1]
+        deadline = t + uniform
+        names = accepted.keys()
+        if (_refreshable(last, deadline) and last.keyset == names
+                and (len(batches) == 1 or not _shadows(names, batches))):
+            last.values, last.full, last.keyset = accepted, None, names
+            last.observed_at, last.received_at, last.due = observed_at, t, deadline
+            silent_at = t + plan.silent_life
+            if silent_at != deadline:
+                state.counter += 1
+                heapq.heappush(state.heap, Deadline(silent_at, state.counter, host, reporter,
+                                                    None))
+            rs.last_report_at = t
+            rs.rejections = _NO_REASONS
+            if rs.overdue:
+                rs.overdue.difference_update(accepted)
+            rec.as_seq, rec.as_time = env.seq, t
+            return True
+    _store(state, rec, reporter, host, Batch(accepted, observed_at, t, accepted.keys()),
+           at=(env.seq, t), rejected=0, reasons=_NO_REASONS)
     return True
 
 

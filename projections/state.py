@@ -22,7 +22,9 @@ typed msgspec decoder) and for memory (50k hosts x 20 values):
   with its `stale_since` in `Batch.stale`;
 - the deadline heap holds `Deadline`s (due, counter, host, reporter, batch);
   entries are deleted lazily: when one comes due the fold settles that
-  (host, reporter) at the current time; entries of dead batches are skipped.
+  (host, reporter) at the current time; entries of dead batches are skipped,
+  and the entry of a batch refreshed in place since (`Batch.due` later than
+  the entry's) is pushed again at its new time.
 """
 
 from __future__ import annotations
@@ -72,6 +74,11 @@ class Batch(msgspec.Struct, gc=False):
     """Names of this batch that went stale, with their `stale_since`."""
     dead: bool = False
     """True once later reports of the same reporter overwrote every value of this one."""
+    due: float = 0.0
+    """When all its values come due, if one heap entry settles them (its reporter's values
+    share one lifetime), else 0.  A report that re-sets the same values refreshes the
+    batch in place (`projections.reports`) and moves `due` later without a new entry:
+    the entry, popped before `due`, is pushed again at `due` (`projections.expiry`)."""
 
     def items(self) -> dict[str, Any]:
         """name -> canonical value."""

@@ -39,7 +39,7 @@ CATALOG_B = load_catalog_text(
 CATALOG_C = load_catalog_text(
     CATALOG_YAML.replace("scope: host, reporter: datasets,", "scope: host, reporter: site,"))
 """A third: the string set `datasets` is one of `site`'s three resources, so a report of
-some of them takes the partial fast path with a set to sort (`ReporterPlan.partial`)."""
+some of them takes the partial fast path with a set to sort (`ReporterPlan.decoder`)."""
 
 HOSTS = ["n1", "n2", "n3"]
 VALUES: dict[str, list[Any]] = {
@@ -91,6 +91,40 @@ def events(draw: st.DrawFn) -> list[Envelope]:
         else:
             catalog = draw(st.sampled_from([CATALOG_OBJ, CATALOG_B, CATALOG_C]))
             out.append(catalog_env(seq, t, catalog))
+    return out
+
+
+STEADY: dict[str, list[list[str]]] = {
+    "scratch": [["scratch_free"], ["scratch_free", "scratch_total"], ["scratch_total"]],
+    "site": [["site_ok"], ["site_ok", "site_state"]],
+    "datasets": [["datasets"]],
+}
+"""What a reporter's reports set, in `steady_events`: the same sets again and again."""
+
+
+@st.composite
+def steady_events(draw: st.DrawFn) -> list[Envelope]:
+    """Reporters re-setting the same values, report after report, at times around their
+    lifetimes (receive times going backwards now and then), among health events and
+    catalog changes: the reports a batch is refreshed in place for, and its edges."""
+    out = [catalog_env(1, T0)]
+    t = T0
+    for _ in range(draw(st.integers(min_value=1, max_value=40))):
+        t += draw(st.sampled_from([0.0, 0.5, 3.0, 7.5, 14.9, 15.0, 16.0, 40.0, -1.0, -1.0]))
+        seq = len(out) + 1
+        host = draw(st.sampled_from(HOSTS[:2]))
+        kind = draw(st.sampled_from(["report"] * 8 + ["health", "catalog"]))
+        if kind == "report":
+            reporter = draw(st.sampled_from(sorted(STEADY)))
+            names = draw(st.sampled_from(STEADY[reporter]))
+            values = {nm: draw(st.sampled_from(VALUES[nm][:2])) for nm in names}
+            out.append(report_env(seq, t, reporter, host, values))
+        elif kind == "health":
+            out.append(health_env(seq, t, draw(st.sampled_from(["scratch", "site"])), host,
+                                  draw(st.sampled_from(["ok", "failed"]))))
+        else:
+            out.append(catalog_env(seq, t, draw(st.sampled_from([CATALOG_OBJ, CATALOG_B,
+                                                                  CATALOG_C]))))
     return out
 
 
@@ -156,7 +190,7 @@ def test_expiry_is_monotonic(evs: list[Envelope], steps: list[float]) -> None:
 
 
 @SETTINGS
-@given(evs=events(), extra=st.floats(0, 100))
+@given(evs=st.one_of(events(), steady_events()), extra=st.floats(0, 100))
 def test_fast_path_agrees_with_value_by_value_path(evs: list[Envelope], extra: float) -> None:
     """The typed-decode fast path gives the same bytes as checking each value on its own."""
     now = evs[-1].received_at + extra
@@ -167,7 +201,7 @@ def test_fast_path_agrees_with_value_by_value_path(evs: list[Envelope], extra: f
 
 
 def test_partial_fast_path_agrees_on_a_set_to_sort() -> None:
-    """A report of some of a reporter's resources (`ReporterPlan.partial`) with a set to
+    """A report of some of a reporter's resources (`ReporterPlan.decoder`) with a set to
     sort and de-duplicate, beside one with an invalid value and one of the whole set:
     the same bytes as the value-by-value path, and the set stored sorted."""
     evs = [catalog_env(1, T0, CATALOG_C),
@@ -201,17 +235,68 @@ def test_heap_compaction_changes_nothing(evs: list[Envelope], extra: float) -> N
     assert all(e.batch is None or not e.batch.dead for e in compacted.heap)
 
 
+@SETTINGS
+@given(evs=st.one_of(steady_events(), events()), extra=st.floats(0, 100),
+       ticks=st.lists(st.sampled_from([None, None, 0.5, 1.0, 14.5]), min_size=40,
+                      max_size=40))
+def test_refresh_in_place_changes_nothing(evs: list[Envelope], extra: float,
+                                          ticks: list[float | None]) -> None:
+    """A report re-setting what its reporter's last report set refreshes that batch in
+    place (no new heap entry; the old one, come due early, goes back at the new time):
+    at every step, after expiry between events (`ticks`) and at the end, the same bytes
+    and the same next deadline as a new batch with an entry of its own for every report."""
+    fresh, refreshed = ProjectionState(), ProjectionState()
+    for env, tick in zip(evs, ticks + [None] * len(evs), strict=False):
+        with mock.patch("projections.reports._refreshable", return_value=False):
+            apply(fresh, env)
+        apply(refreshed, env)
+        if tick is not None:
+            expire(fresh, env.received_at + tick)
+            expire(refreshed, env.received_at + tick)
+        assert snapshot_bytes(refreshed) == snapshot_bytes(fresh)
+        assert projections.fold.next_deadline(refreshed) == projections.fold.next_deadline(
+            fresh)
+    now = max(e.received_at for e in evs) + extra
+    expire(fresh, now)
+    expire(refreshed, now)
+    assert snapshot_bytes(refreshed) == snapshot_bytes(fresh)
+    assert projections.fold.next_deadline(refreshed) == projections.fold.next_deadline(fresh)
+
+
+def test_refresh_when_receive_time_goes_backwards() -> None:
+    """A report received before the one it re-sets (the server's clock stepped back) is
+    due earlier than that report's heap entry: it is not refreshed in place (its entry
+    would come due late), and its value turns stale on time."""
+    evs = [catalog_env(1, T0),
+           report_env(2, T0 + 10, "scratch", "n1", {"scratch_free": 1}),
+           report_env(3, T0 + 9, "scratch", "n1", {"scratch_free": 2})]
+    state = fold(evs)
+    assert projections.fold.next_deadline(state) == T0 + 24
+    fold([], now=T0 + 24, state=state)
+    assert ("n1", "scratch_free") in stale_set(state)
+
+
 def test_heap_stays_bounded_under_frequent_reports() -> None:
-    """A value reported far more often than it lives (10k reports 1 ms apart; it lives
-    longer than the 10 s they take): the heap keeps the live entries, not one dead entry
-    per report as lazy deletion alone does."""
-    lazy, state = fold([catalog_env(1, T0)]), fold([catalog_env(1, T0)])
-    lazy.heap_limit = 1 << 62  # never compacted
+    """Values reported far more often than they live (10k reports 1 ms apart; they live
+    longer than the 10 s they take).  Reports that re-set what the last one set refresh
+    its batch in place: no heap entry per report, compacted or not.  Reports alternating
+    between all of a reporter's values and some of them leave a dead entry every other
+    report; the heap keeps the live entries, not those, as lazy deletion alone does."""
+    same = fold([catalog_env(1, T0)])
+    same.heap_limit = 1 << 62  # never compacted
     for i in range(10_000):
-        env = report_env(i + 2, T0 + i / 1000, "scratch", "n1", {"scratch_free": i})
+        apply(same, report_env(i + 2, T0 + i / 1000, "scratch", "n1", {"scratch_free": i}))
+    assert len(same.heap) <= 3  # the batch's entry, the silence's, the overdue total's
+    lazy, state = fold([catalog_env(1, T0)]), fold([catalog_env(1, T0)])
+    lazy.heap_limit = 1 << 62
+    for i in range(10_000):
+        values: dict[str, Any] = {"scratch_free": i}
+        if i % 2 == 0:
+            values["scratch_total"] = 2000
+        env = report_env(i + 2, T0 + i / 1000, "scratch", "n1", values)
         apply(lazy, env)
         apply(state, env)
-    assert len(lazy.heap) > 9_000
+    assert len(lazy.heap) > 4_000
     assert len(state.heap) <= HEAP_FLOOR
-    assert sum(1 for e in state.heap if e.batch is not None and not e.batch.dead) == 1
+    assert sum(1 for e in state.heap if e.batch is not None and not e.batch.dead) == 2
     assert snapshot_bytes(state) == snapshot_bytes(lazy)

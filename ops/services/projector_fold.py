@@ -98,8 +98,9 @@ class LiveFold:
     def fold(self, m: StoredMessage, parent: tracing.SpanContext | None) -> None:
         """Fold one event (`parent`: the trace its snapshot writes continue)."""
         subject = m.subject
-        if self._origin.rebuilding is not None:
-            self._origin.rebuilding.seen(m.seq)
+        rebuilding = self._origin.rebuilding
+        if rebuilding is not None:
+            rebuilding.seen(m.seq)
         if self._owns is not None and not self._owns(subject):
             self._pos.dropped(m.seq, m.pending)  # caught up counts past others' events too
             return
@@ -108,8 +109,8 @@ class LiveFold:
             self.place_deferred(m.seq)
         if self.lazy is not None:
             self.place_lazy(functools.partial(self.lazy.before, self.state, subject, m.time))
-        env = Envelope(seq=m.seq, subject=subject, received_at=m.time, data=m.data)
-        ch = apply(self.state, env)
+        ch = apply(self.state, Envelope(seq=m.seq, subject=subject, received_at=m.time,
+                                        data=m.data))
         self.applied += 1
         self._pos.folded(m.seq, m.pending)
         self.last_event = m
@@ -122,13 +123,17 @@ class LiveFold:
                 received_at=format_time(m.time),
             ))
             log.warning("dead-lettered event %d on %s: %s", m.seq, subject, ch.deadletter)
-        self.dirty.merge(ch)
+        if ch.hosts:  # (`Dirty.merge`, inline: once per event)
+            self.dirty.hosts.update(ch.hosts)
+        if ch.cluster or ch.catalog:
+            self.dirty.merge(ch)
         if parent is not None:
             for h in ch.hosts:
                 self._writer.trace_parents[host_snapshot_subject(h)] = parent
             if ch.cluster:
                 self._writer.trace_parents[SNAPSHOT_CLUSTER] = parent
-        self._metrics.event(m)
+        if self._metrics.enabled:
+            self._metrics.event(m)
         self._wake.set()
 
     def start_over(self, why: str) -> None:
