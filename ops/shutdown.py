@@ -12,7 +12,13 @@ snapshot read.  A flag set by the signal handler is not enough there, so
   signal sets the event, the loop winds down cleanly (scripts' process groups
   killed, the projector's lease handed over), and whatever is still running
   after `grace` seconds is cancelled all the same;
-* a second signal cancels at once.
+* a second signal cancels at once;
+* a cancellation that has not ended the command `AGAIN_AFTER` seconds later is
+  made again (and again), because one can be lost: on Python 3.11 nats-py's
+  requests wait with `asyncio.wait_for`, which drops a cancellation that lands
+  in the same loop iteration as the answer (CPython gh-86296; `bus/cancel.py`) —
+  a projector signalled as it started its rebuild ran the whole rebuild and its
+  first write before it saw the stop.
 
 The cancellation is the requested stop, not a failure: `stopping()` swallows
 it and the command returns its normal status, 0 (`systemctl stop` sees a
@@ -51,6 +57,11 @@ STOP_EPILOG = (f"SIGTERM or SIGINT stops it within {STOP_WITHIN:g}s in any state
                "reconnecting, NATS unreachable, loading) with exit status 0; the scripts it "
                "runs are killed with their process groups.  A second signal stops at once.")
 """The `--help` note of every command that runs under `stopping()` (docs/operations.md)."""
+
+
+AGAIN_AFTER = 0.25
+"""Seconds after which a cancellation that has not ended the command is made again (the
+module doc); room enough for the cleanup a cancellation runs, well inside STOP_WITHIN."""
 
 
 class Stop(asyncio.Event):
@@ -109,6 +120,7 @@ async def stopping(after: float | None = None, *, grace: float = GRACE) -> Async
         if not task.done():
             ours += 1
             task.cancel()
+            handles.append(loop.call_later(AGAIN_AFTER, cancel))  # in case it is lost
 
     def request(sig: int | None) -> None:
         if stop.is_set():
