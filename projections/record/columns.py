@@ -33,7 +33,7 @@ import msgspec
 
 from projections.record.body import encode_sorted, field_names
 from projections.record.snapshot import value_entries
-from projections.state import ProjectionState
+from projections.state import ProjectionState, ReporterRecord
 from schemas.snapshot import ValueEntry, ValueState
 
 COLUMNS_HEADER: Final = "Crr-Columns"
@@ -92,7 +92,38 @@ def host_columns(state: ProjectionState, host: str) -> str | None:
                 return _columns_bytes(b"".join((
                     b'{"e":', encode_sorted(b.received_at + uniform), b',"host":',
                     encode_sorted(host), b',"v":', encode_sorted(b.full), b"}")))
+        return _columns_bytes(encode_sorted(
+            _uniform_columns(host, rs, uniform) if uniform is not None and not any(
+                b.stale for b in rs.batches) else columns_of(host, value_entries(state, rec))))
     return _columns_bytes(encode_sorted(columns_of(host, value_entries(state, rec))))
+
+
+def _uniform_columns(host: str, rs: ReporterRecord, life: float) -> dict[str, Any]:
+    """`columns_of(host, value_entries(...))` of a record whose one reporter (of one lifetime
+    for all its values) has several batches, none stale (a full report, then partial ones):
+    the same dict without an entry object per value.  Entries are met in the order
+    `value_entries` makes them (oldest batch first, a name where it was first set), so `e`
+    breaks ties alike; none is stale, so each is fresh, or unknown with a null value."""
+    entries: dict[str, tuple[Any, float]] = {}
+    for b in rs.batches:
+        expires = b.received_at + life
+        for name, value in b.items().items():
+            entries[name] = (value, expires)
+    e = Counter(at for _, at in entries.values()).most_common(1)[0][0] if entries else None
+    v: dict[str, Any] = {}
+    x: dict[str, tuple[Any, str, float]] = {}
+    for name, (value, at) in entries.items():
+        if at == e:
+            v[name] = value
+        else:
+            x[name] = (value, "unknown" if value is None else "fresh", at)
+    out: dict[str, Any] = {"host": host}
+    if v:
+        out["e"] = e
+        out["v"] = v
+    if x:
+        out["x"] = x
+    return out
 
 
 def _columns_bytes(data: bytes) -> str | None:
