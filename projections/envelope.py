@@ -11,8 +11,11 @@ from __future__ import annotations
 import msgspec
 
 
-class Envelope(msgspec.Struct, frozen=True, kw_only=True):
-    """A stored event: its stream sequence, subject, server receive time and raw payload."""
+class Envelope(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A stored event: its stream sequence, subject, server receive time and raw payload.
+
+    `gc=False`: one is built per folded event, and it holds only an int, a float, a
+    str and bytes (no cycle can go through it)."""
 
     seq: int
     """Sequence in `CRR_EVENTS`."""

@@ -85,7 +85,7 @@ def fast_report(state: ProjectionState, env: Envelope, addr: EventAddress) -> bo
     decoded = astuple(vals)
     if msgspec.UNSET in decoded:
         return _partial_report(state, env, host, reporter, plan,
-                               observed_at=report.observed_at, decoded=decoded)
+                               observed_at=report.observed_at, values=vals)
     for attr in plan.set_fields:
         v = getattr(vals, attr)
         if v is not None:
@@ -139,7 +139,10 @@ def _refreshable(batch: Batch, due: float) -> bool:
 
 def _shadows(names: Any, batches: list[Batch]) -> bool:
     """Whether `names` re-sets every value of a batch before the last one."""
-    return any(b.keyset <= names for b in batches[:-1])
+    for i in range(len(batches) - 1):  # noqa: SIM110 - no generator: once per partial report
+        if batches[i].keyset <= names:
+            return True
+    return False
 
 
 def _store(
@@ -222,18 +225,22 @@ def _drop_shadowed(batches: list[Batch], names: Any) -> None:
 
 
 def _partial_report(state: ProjectionState, env: Envelope, host: str | None, reporter: str,
-                    plan: ReporterPlan, *, observed_at: str, decoded: tuple[Any, ...]) -> bool:
+                    plan: ReporterPlan, *, observed_at: str, values: Any) -> bool:
     """`fast_report` for a report that sets some of its reporter's resources, each validly
-    (`decoded`: its values in the order of `plan.names`, `UNSET` where it sets none):
-    what `apply_report` does with such a report, without its per-value checks."""
-    unset = msgspec.UNSET
-    accepted = {n: v for n, v in zip(plan.names, decoded, strict=True) if v is not unset}
+    (`values`: its typed decode, `UNSET` where it sets none): what `apply_report` does
+    with such a report, without its per-value checks."""
+    # The values it sets, by resource name, in the order of `plan.names`: the typed
+    # struct's fields are renamed to the names and `to_builtins` leaves out what is
+    # UNSET (its value types, int/float/bool/str/list[str]/None, come back as they are).
+    accepted: dict[str, Any] = msgspec.to_builtins(values)
     for name in plan.set_names:
         v = accepted.get(name)
         if v is not None:
             accepted[name] = sorted(set(v))
     t = env.received_at
-    rec = state.record(host)
+    rec = state.hosts.get(host) if host is not None else state.cluster
+    if rec is None:
+        rec = state.record(host)
     rs = rec.reporters.get(reporter)
     uniform = plan.uniform_life
     if (rs is not None and uniform is not None and rs.state == "ok" and not rs.silent

@@ -263,6 +263,37 @@ def test_refresh_in_place_changes_nothing(evs: list[Envelope], extra: float,
     assert projections.fold.next_deadline(refreshed) == projections.fold.next_deadline(fresh)
 
 
+def _missing_by_the_rule(state: ProjectionState, rs: Any, reporter: str) -> list[str]:
+    """`missing` as its rule says it, without the shortcut: each declared resource whose
+    newest batch holds it stale, or that no batch holds and is overdue."""
+    current: dict[str, bool] = {}
+    for b in rs.batches:
+        for name in b.keyset:
+            current[name] = b.stale is not None and name in b.stale
+    overdue = rs.overdue or set()
+    return sorted(n for n in state.plan.declared(reporter, "host")
+                  if current.get(n, False) or (n not in current and n in overdue))
+
+
+@SETTINGS
+@given(evs=st.one_of(steady_events(), events()),
+       ticks=st.lists(st.sampled_from([None, None, 0.5, 14.5, 40.0]), min_size=40,
+                      max_size=40))
+def test_missing_takes_its_shortcut_only_where_the_rule_says_nothing(
+        evs: list[Envelope], ticks: list[float | None]) -> None:
+    """`missing` answers [] at once when nothing is stale or overdue (a steady state, partial
+    reports or not): after every event and expiry, the same list as the rule."""
+    state = ProjectionState()
+    for env, tick in zip(evs, ticks + [None] * len(evs), strict=False):
+        apply(state, env)
+        if tick is not None:
+            expire(state, env.received_at + tick)
+        for rec in state.hosts.values():
+            for reporter, rs in rec.reporters.items():
+                assert projections.record.snapshot.missing(state, rs, reporter, "host") == (
+                    _missing_by_the_rule(state, rs, reporter)), reporter
+
+
 def test_refresh_when_receive_time_goes_backwards() -> None:
     """A report received before the one it re-sets (the server's clock stepped back) is
     due earlier than that report's heap entry: it is not refreshed in place (its entry

@@ -117,11 +117,16 @@ class Reader(_np.Parser):
                     eol = src.find(b"\r\n", pos)
                     if eol < 0:
                         break
-                    if src.startswith(b"HMSG ", pos):
-                        args = _hmsg(src[pos + 5:eol].split())
+                    if src.startswith(b"MSG ", pos):  # (most: a stream's messages)
+                        t = src[pos + 4:eol].split()
+                        try:  # (`_msg` inline for a JetStream delivery's four tokens)
+                            args = ((int(t[1]), t[0], t[2], 0, int(t[3])) if len(t) == 4
+                                    else _msg(t))
+                        except ValueError:
+                            raise ProtocolError("nats: malformed MSG") from None
                         pos = eol + 2
-                    elif src.startswith(b"MSG ", pos):
-                        args = _msg(src[pos + 4:eol].split())
+                    elif src.startswith(b"HMSG ", pos):
+                        args = _hmsg(src[pos + 5:eol].split())
                         pos = eol + 2
                     else:
                         rest = bytearray(src[pos:])

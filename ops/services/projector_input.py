@@ -111,7 +111,9 @@ class Input:
     def on_event(self, m: StoredMessage) -> Awaitable[None] | None:
         # A sampled report: the snapshot writes it causes continue its trace (the
         # CONSUMER span is current only now, while the reader calls this).
-        parent = tracing.current_span_context() if tracing.is_traced(m.headers) else None
+        hdrs = m.headers  # (most events carry none: no call then)
+        parent = (tracing.current_span_context()
+                  if hdrs is not None and tracing.is_traced(hdrs) else None)
         if self.held_events is None:
             self._fold(m, parent)
             return None

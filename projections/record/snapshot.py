@@ -81,8 +81,12 @@ def missing(state: ProjectionState, rs: ReporterRecord, reporter: str, scope: st
     if not declared:
         return []
     batches = rs.batches
-    if len(batches) == 1 and not batches[0].stale and batches[0].keyset >= declared.keys():
-        return []  # the steady state: one fresh report of everything
+    if not rs.overdue:
+        for b in batches:
+            if b.stale:
+                break
+        else:  # nothing stale, nothing overdue (the steady state, partial reports or not)
+            return []
     current: dict[str, bool] = {}  # name -> stale, newest batch wins
     for b in batches:
         stale = b.stale
