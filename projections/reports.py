@@ -265,6 +265,28 @@ def _partial_report(state: ProjectionState, env: Envelope, host: str | None, rep
                 rs.overdue.difference_update(accepted)
             rec.as_seq, rec.as_time = env.seq, t
             return True
+        if names:
+            # Other values than its last report set (a partial report after a full one):
+            # what `_store` does in this state, without its general case.
+            batch = Batch(accepted, observed_at, t, names, due=deadline)
+            if len(batches) == 1 and not batches[0].keyset <= names:
+                batches.append(batch)
+            else:
+                _drop_shadowed(batches, names)
+                batches.append(batch)
+            heap = state.heap
+            state.counter += 1
+            heapq.heappush(heap, Deadline(deadline, state.counter, host, reporter, batch))
+            silent_at = t + plan.silent_life
+            if silent_at != deadline:
+                state.counter += 1
+                heapq.heappush(heap, Deadline(silent_at, state.counter, host, reporter, None))
+            rs.last_report_at = t
+            rs.rejections = _NO_REASONS
+            if rs.overdue:
+                rs.overdue.difference_update(names)
+            rec.as_seq, rec.as_time = env.seq, t
+            return True
     _store(state, rec, reporter, host, Batch(accepted, observed_at, t, accepted.keys()),
            at=(env.seq, t), rejected=0, reasons=_NO_REASONS)
     return True
