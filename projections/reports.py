@@ -250,37 +250,26 @@ def _partial_report(state: ProjectionState, env: Envelope, host: str | None, rep
         last = batches[-1]
         deadline = t + uniform
         names = accepted.keys()
-        if (_refreshable(last, deadline) and last.keyset == names
-                and (len(batches) == 1 or not _shadows(names, batches))):
+        in_place = (_refreshable(last, deadline) and last.keyset == names
+                    and (len(batches) == 1 or not _shadows(names, batches)))
+        if in_place:
             last.values, last.full, last.keyset = accepted, None, names
             last.observed_at, last.received_at, last.due = observed_at, t, deadline
+        elif names:
+            # Other values than its last report set (a partial report after a full one):
+            # what `_store` does in this state, without its general case.
+            batch = Batch(accepted, observed_at, t, names, due=deadline)
+            if len(batches) > 1 or batches[0].keyset <= names:
+                _drop_shadowed(batches, names)
+            batches.append(batch)
+            state.counter += 1
+            heapq.heappush(state.heap, Deadline(deadline, state.counter, host, reporter, batch))
+        if in_place or names:  # (a report of no values: `_store` pushes its silence alone)
             silent_at = t + plan.silent_life
             if silent_at != deadline:
                 state.counter += 1
                 heapq.heappush(state.heap, Deadline(silent_at, state.counter, host, reporter,
                                                     None))
-            rs.last_report_at = t
-            rs.rejections = _NO_REASONS
-            if rs.overdue:
-                rs.overdue.difference_update(accepted)
-            rec.as_seq, rec.as_time = env.seq, t
-            return True
-        if names:
-            # Other values than its last report set (a partial report after a full one):
-            # what `_store` does in this state, without its general case.
-            batch = Batch(accepted, observed_at, t, names, due=deadline)
-            if len(batches) == 1 and not batches[0].keyset <= names:
-                batches.append(batch)
-            else:
-                _drop_shadowed(batches, names)
-                batches.append(batch)
-            heap = state.heap
-            state.counter += 1
-            heapq.heappush(heap, Deadline(deadline, state.counter, host, reporter, batch))
-            silent_at = t + plan.silent_life
-            if silent_at != deadline:
-                state.counter += 1
-                heapq.heappush(heap, Deadline(silent_at, state.counter, host, reporter, None))
             rs.last_report_at = t
             rs.rejections = _NO_REASONS
             if rs.overdue:

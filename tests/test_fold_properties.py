@@ -216,6 +216,54 @@ def test_partial_fast_path_agrees_on_a_set_to_sort() -> None:
     assert b'"value":["c4","imagenet"]' in snapshot_bytes(fast)[0]["n1"]
 
 
+def _batches_and_overdue(state: ProjectionState) -> dict[tuple[str, str], Any]:
+    """Per host and reporter: its live batches' names and times, and what is overdue (what
+    the bytes may not show yet: a batch kept that a newer one shadows, an overdue name
+    set since)."""
+    return {(h, r): ([(sorted(b.keyset), b.received_at) for b in rs.batches],
+                     sorted(rs.overdue or ()))
+            for h, rec in state.hosts.items() for r, rs in rec.reporters.items()}
+
+
+def test_partial_after_other_values_agrees_at_every_step() -> None:
+    """A partial report of other values than its reporter's last one takes its own batch
+    and deadline in the steady state (`projections.reports._partial_report`): after a
+    full report, after another partial one, re-setting an older batch whole (which is
+    dropped), and setting a resource overdue by then.  After every event and expiry: the
+    same bytes and next deadline as the value-by-value path."""
+    scratch: list[dict[str, Any]] = [
+        {"scratch_free": 1, "scratch_total": 10}, {"scratch_free": 2}, {"scratch_total": 20},
+        {"scratch_free": 3}, {"scratch_free": 4, "scratch_total": 30}, {"scratch_total": 40},
+        {"scratch_free": 5}]
+    evs = [catalog_env(1, T0)]
+    for i, values in enumerate(scratch):
+        evs.append(report_env(len(evs) + 1, T0 + 1 + 2 * i, "scratch", "n1", values))
+    # site_state unreported until 16 s after the first report: overdue at 15 s (the
+    # reporter, heard at 10 s, is not silent)
+    for at, values in ((0, {"site_ok": True}), (10, {"site_ok": True}),
+                       (16, {"site_state": "up"}), (20, {"site_ok": False})):
+        evs.append(report_env(len(evs) + 1, T0 + 30 + at, "site", "n2", values))
+    # the same value again, received before the first (the server's clock stepped back):
+    # not refreshed in place, its batch replaced
+    for when in (50.0, 49.0):
+        evs.append(report_env(len(evs) + 1, T0 + when, "scratch", "n3", {"scratch_free": when}))
+    fast, slow = ProjectionState(), ProjectionState()
+    for env in evs:
+        apply(fast, env)
+        with mock.patch.object(projections.fold, "fast_report", return_value=False):
+            apply(slow, env)
+        expire(fast, env.received_at + 0.5)
+        expire(slow, env.received_at + 0.5)
+        assert snapshot_bytes(fast) == snapshot_bytes(slow), env.seq
+        assert _batches_and_overdue(fast) == _batches_and_overdue(slow), env.seq
+        assert projections.fold.next_deadline(fast) == projections.fold.next_deadline(
+            slow), env.seq
+    for now in (T0 + 60, T0 + 100):
+        expire(fast, now)
+        expire(slow, now)
+        assert snapshot_bytes(fast) == snapshot_bytes(slow)
+
+
 @SETTINGS
 @given(evs=events(), extra=st.floats(0, 100))
 def test_heap_compaction_changes_nothing(evs: list[Envelope], extra: float) -> None:

@@ -60,6 +60,12 @@ def columns_of(host: str, entries: Mapping[str, ValueEntry]) -> dict[str, Any]:
             v[name] = entry.value
         else:
             x[name] = (entry.value, entry.state, entry.expires_ts)
+    return _assembled(host, e, v, x)
+
+
+def _assembled(host: str, e: float | None, v: dict[str, Any], x: dict[str, Any],
+               ) -> dict[str, Any]:
+    """The columns object: `e` and `v` left out when `v` is empty, `x` when it is."""
     out: dict[str, Any] = {"host": host}
     if v:
         out["e"] = e
@@ -117,13 +123,7 @@ def _uniform_columns(host: str, rs: ReporterRecord, life: float) -> dict[str, An
             v[name] = value
         else:
             x[name] = (value, "unknown" if value is None else "fresh", at)
-    out: dict[str, Any] = {"host": host}
-    if v:
-        out["e"] = e
-        out["v"] = v
-    if x:
-        out["x"] = x
-    return out
+    return _assembled(host, e, v, x)
 
 
 def _columns_bytes(data: bytes) -> str | None:
