@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from nats.aio.client import Client
 
-from bus.ordered import OrderedReader, StoredMessage
-from bus.retry import FOLLOW
-from schemas.catalog import Catalog
-from schemas.codec import decode
-from schemas.errors import NotFoundOnServerError, PayloadError, UnknownReporterError
-from schemas.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM
+from crr.bus.ordered import OrderedReader, StoredMessage
+from crr.bus.retry import FOLLOW
+from crr.schemas.catalog import Catalog
+from crr.schemas.codec import decode
+from crr.schemas.errors import NotFoundOnServerError, PayloadError, UnknownReporterError
+from crr.schemas.subjects import SNAPSHOT_CATALOG, SNAPSHOT_STREAM
 
 log = logging.getLogger("crr.bus.catalog")
 
@@ -26,7 +26,7 @@ async def fetch_catalog(nc: Client, timeout: float = 10.0) -> Catalog | None:
     """The active catalog (one read of CRR_SNAPSHOT), or None when none is active yet.
 
     Read with an ordered consumer on the catalog subject, which every crr identity
-    may create (`ops.nats_auth.FOLLOW_CATALOG`), not with a direct get, which host and
+    may create (`crr.admin.nats_auth.FOLLOW_CATALOG`), not with a direct get, which host and
     reporter credentials may not do.
     """
     found: list[bytes] = []

@@ -2,7 +2,7 @@
 
 nats-py's defaults give up reconnecting after about two minutes; crr's
 long-running processes reconnect forever, with jittered exponential delays
-from `bus.retry` so a fleet of agents does not stampede a restarted server.
+from `crr.bus.retry` so a fleet of agents does not stampede a restarted server.
 The initial connect is retried with the same policy: forever for services
 (`retry_initial=None`), a few attempts for one-shot CLI commands.
 
@@ -32,12 +32,12 @@ import nats
 import nats.errors
 from nats.aio.client import Client
 
-from bus import natspy
-from bus.errors import BUS_FAILURES, NATS_FAILURES, as_crr_error, describe
-from bus.natspy import headers as nats_headers
-from bus.retry import CONNECT, RECONNECT
-from schemas.distribution import install_hint
-from schemas.errors import AuthError, BusTimeoutError, NotConnectedError, NotNatsServerError
+from crr.bus import natspy
+from crr.bus.errors import BUS_FAILURES, NATS_FAILURES, as_crr_error, describe
+from crr.bus.natspy import headers as nats_headers
+from crr.bus.retry import CONNECT, RECONNECT
+from crr.schemas.distribution import install_hint
+from crr.schemas.errors import AuthError, BusTimeoutError, NotConnectedError, NotNatsServerError
 
 log = logging.getLogger("crr.bus")
 

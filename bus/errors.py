@@ -1,9 +1,9 @@
 """nats-py's errors, mapped to crr's error tree at the bus boundary.
 
 Code outside `bus/` never catches a raw `nats.errors.Error`: it wraps its
-NATS calls in `with nats_errors():` (or lets `bus.connection.connect` do it
-for a whole command) and catches the `schemas.errors` classes, whose
-`retriable` flag the one retry policy (`bus.retry`) reads.  The nats-py
+NATS calls in `with nats_errors():` (or lets `crr.bus.connection.connect` do it
+for a whole command) and catches the `crr.schemas.errors` classes, whose
+`retriable` flag the one retry policy (`crr.bus.retry`) reads.  The nats-py
 error stays in `__cause__`.
 
 - request/ack/flush timeout, `StaleConnectionError` → `BusTimeoutError` (retriable);
@@ -28,7 +28,7 @@ from contextlib import contextmanager
 import nats.errors
 import nats.js.errors
 
-from schemas.errors import (
+from crr.schemas.errors import (
     AuthError,
     BusError,
     BusTimeoutError,

@@ -15,7 +15,7 @@ of it once:
   nats-py's ordered consumer re-creates itself from the last delivered
   sequence + 1 after a gap or a server restart.
 - **regression**: after every reconnect the follower asks whether the
-  stream still holds the last record it handled (`bus.stream_check`).  If
+  stream still holds the last record it handled (`crr.bus.stream_check`).  If
   not (a SIGKILLed server lost acknowledged records and re-used their
   sequence numbers), it **reloads**: a new consumer loads into a new state,
   records of the old consumer are ignored from then on (a generation
@@ -45,12 +45,13 @@ from typing import Generic, TypeVar
 
 from nats.aio.client import Client
 
-from bus.cancel import cancel_and_wait
-from bus.connection import add_reconnect_listener
-from bus.leader_floor import LeaderFloor, leader_last_seq
-from bus.ordered import Delivery, OrderedReader, StoredMessage
-from bus.stream_check import Generations, lost
-from schemas.errors import CrrError, CrrTimeoutError
+from crr.bus.cancel import cancel_and_wait
+from crr.bus.connection import add_reconnect_listener
+from crr.bus.leader_floor import LeaderFloor, leader_last_seq
+from crr.bus.ordered import Delivery, OrderedReader, StoredMessage
+from crr.bus.stream_check import Generations, lost
+from crr.schemas.errors import CrrError, CrrTimeoutError
+from crr.schemas.subjects import SNAPSHOT_ALL, SNAPSHOT_STREAM
 
 log = logging.getLogger("crr.bus.follower")
 
@@ -264,7 +265,7 @@ async def load_compacted(nc: Client, *, stream: str, subject: str,
     reading goes on until it has caught up, so `handler` may get a newer
     record of a subject it already had (keep the last).  CrrTimeoutError when
     not complete after `timeout`; StreamNotFoundError (and the rest of
-    `bus.errors`' tree) when it cannot start.
+    `crr.bus.errors`' tree) when it cannot start.
     """
     deadline = asyncio.get_running_loop().time() + timeout
     floor = await LeaderFloor.ask(nc, stream, subject)
@@ -278,7 +279,8 @@ async def load_compacted(nc: Client, *, stream: str, subject: str,
         if floor.reached(m.seq):
             reached.set()
 
-    # Records handled as they are read (`bus.natspy.ordered_consumer`: no Msg, queue and task hop
+    # Records handled as they are read (`crr.bus.natspy.ordered_consumer`: no Msg, queue and task
+    # hop
     # per record; flow control answered by records handled): a one-shot load is mostly
     # receiving, and a projector's restart is mostly this load.
     reader = OrderedReader(nc, stream=stream, subject=subject, handler=keep,
@@ -300,3 +302,16 @@ async def load_compacted(nc: Client, *, stream: str, subject: str,
     finally:
         await reader.stop()
     return count
+
+
+async def read_snapshot_bytes(nc: Client, timeout: float = 30.0,
+                              ) -> dict[str, tuple[int, bytes]]:
+    """CRR_SNAPSHOT as subject -> (stream sequence, raw bytes), last per subject."""
+    out: dict[str, tuple[int, bytes]] = {}
+
+    def keep(m: StoredMessage) -> None:
+        out[m.subject] = (m.seq, m.data)
+
+    await load_compacted(nc, stream=SNAPSHOT_STREAM, subject=SNAPSHOT_ALL,
+                         handler=keep, timeout=timeout)
+    return out

@@ -1,10 +1,10 @@
 """The JetStream calls services make, in crr's terms: the port over nats-py's JetStream API.
 
-Code outside `bus/` holds a `Connection` (`bus.connection`) or a `JetStream`
+Code outside `bus/` holds a `Connection` (`crr.bus.connection`) or a `JetStream`
 handle (`jetstream(nc, timeout=...)`: the same connection with its own request
 timeout) and hands it to these functions; it never calls nats-py itself.
-What they return is crr's (`StreamState`, `bus.ordered.StoredMessage`, a
-stream sequence), and what they raise is the error tree (`bus.errors`): a
+What they return is crr's (`StreamState`, `crr.bus.ordered.StoredMessage`, a
+stream sequence), and what they raise is the error tree (`crr.bus.errors`): a
 missing stream or message is `NotFoundOnServerError`, a refused fenced write
 `WrongLastSequenceError`, a timeout `BusTimeoutError`, and so on.
 
@@ -19,17 +19,18 @@ missing stream or message is `NotFoundOnServerError`, a refused fenced write
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TypeAlias
 
 import msgspec
 from nats.js.api import RawStreamMsg
 from nats.js.client import JetStreamContext
 
-from bus.connection import Connection
-from bus.errors import nats_errors
-from bus.ordered import StoredMessage
-from schemas.errors import JetStreamError
-from schemas.subjects import destination_partitions
+from crr.bus.connection import Connection
+from crr.bus.errors import nats_errors
+from crr.bus.ordered import StoredMessage
+from crr.schemas.errors import CrrError, JetStreamError, NotFoundOnServerError
+from crr.schemas.subjects import EVENTS_STREAM, destination_partitions
 
 JetStream: TypeAlias = JetStreamContext
 """A connection's JetStream API with its own request timeout (`jetstream`)."""
@@ -128,3 +129,40 @@ async def purge(nc: Connection, stream: str, *, subject: str, before_seq: int,
         raise JetStreamError(f"{error.get('description', error)}", code=error.get("code"),
                              err_code=error.get("err_code"))
     return int(body.get("purged", 0))
+
+
+@dataclass(frozen=True)
+class StreamRange:
+    """What CRR_EVENTS holds now: first and last sequence and the first message's time."""
+
+    first_seq: int
+    last_seq: int
+    first_time: float | None
+    last_time: float | None
+
+    @property
+    def empty(self) -> bool:
+        """No message at all."""
+        return self.last_seq < self.first_seq or self.last_seq == 0
+
+
+async def _msg_time(nc: Connection, seq: int) -> float | None:
+    try:
+        msg = await get(nc, EVENTS_STREAM, seq, next=True)
+    except NotFoundOnServerError:
+        return None
+    return msg.time
+
+
+async def stream_range(nc: Connection) -> StreamRange:
+    """The range of CRR_EVENTS now (CrrError if the stream does not exist)."""
+    try:
+        st = await stream_state(nc, EVENTS_STREAM)
+    except NotFoundOnServerError:
+        raise CrrError(f"stream {EVENTS_STREAM} does not exist (is a projector or "
+                       "`crr server` provisioning it?)") from None
+    if st.last_seq == 0 or st.messages == 0:
+        return StreamRange(st.first_seq, st.last_seq, None, None)
+    first_t = await _msg_time(nc, st.first_seq)
+    last_t = (await get(nc, EVENTS_STREAM, st.last_seq)).time
+    return StreamRange(st.first_seq, st.last_seq, first_t, last_t)

@@ -17,7 +17,7 @@ import logging
 import nats.js.errors
 from nats.aio.client import Client
 
-from bus.errors import NATS_FAILURES
+from crr.bus.errors import NATS_FAILURES
 
 log = logging.getLogger("crr.bus.leader_floor")
 

@@ -1,6 +1,6 @@
 """Core NATS subscriptions in crr's terms: a handler of (subject, payload), and a closer.
 
-(JetStream reads go through `bus.ordered`; this is for plain subjects a service
+(JetStream reads go through `crr.bus.ordered`; this is for plain subjects a service
 only listens to, e.g. the partitions' status writes a projector follows.)
 """
 
@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from bus.connection import Connection
-from bus.errors import nats_errors
-from schemas.errors import BusError
+from crr.bus.connection import Connection
+from crr.bus.errors import nats_errors
+from crr.schemas.errors import BusError
 
 Handler = Callable[[str, bytes], Awaitable[None]]
 """Called with each message's subject and payload."""

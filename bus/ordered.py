@@ -24,11 +24,11 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from bus import tracing
-from bus.errors import nats_errors
-from bus.natspy.flow_control import HeldFlowControl
-from bus.natspy.ordered_consumer import Direct
-from schemas.errors import CrrTimeoutError
+from crr.bus import tracing
+from crr.bus.errors import nats_errors
+from crr.bus.natspy.flow_control import HeldFlowControl
+from crr.bus.natspy.ordered_consumer import Direct
+from crr.schemas.errors import CrrTimeoutError
 
 log = logging.getLogger("crr.bus.ordered")
 
@@ -106,10 +106,10 @@ class OrderedReader:
     ) -> None:
         """`deliver`: a `Delivery` (nats-py's own `DeliverPolicy` is accepted too: tests and
         benchmarks name it).  `backpressure`: answer the server's flow control only for
-        *handled* messages (`bus.natspy.flow_control`), so while an (async) handler waits
+        *handled* messages (`crr.bus.natspy.flow_control`), so while an (async) handler waits
         the backlog stays in the stream instead of piling up in this process.  `direct` (with
         `backpressure`): data messages are handled as they are read, without nats-py's
-        Msg, queue and task hop (`bus.natspy.ordered_consumer`)."""
+        Msg, queue and task hop (`crr.bus.natspy.ordered_consumer`)."""
         self._nc = nc
         self._want_direct = direct and backpressure
         self._direct: Direct | None = None
@@ -132,7 +132,7 @@ class OrderedReader:
 
     async def start(self) -> None:
         """Create the consumer and start delivering; returns before the load completes.
-        A nats error comes out as crr's (`bus.errors`), its text prefixed by the stream."""
+        A nats error comes out as crr's (`crr.bus.errors`), its text prefixed by the stream."""
         with nats_errors(where=self._stream):
             await self._start()
 
@@ -198,7 +198,8 @@ class OrderedReader:
     def _on_direct(  # noqa: PLR0917 - a message's fields, once per message: no extra object
             self, seq: int, ts: float, subject: str, data: bytes,
             hdrs: dict[str, str] | None, pending: int) -> Awaitable[None] | None:
-        """`_on_msg` for a message taken as read (`bus.natspy.ordered_consumer`): synchronous; an
+        """`_on_msg` for a message taken as read (`crr.bus.natspy.ordered_consumer`): synchronous;
+        an
         awaitable when the handler must be waited for."""
         self.received += 1
         self.last_seq = seq
@@ -239,7 +240,8 @@ class OrderedReader:
     @property
     def waiting(self) -> int:
         """Messages received and not handled yet: the direct path's backlog (bounded by
-        the server's flow-control window, `bus.natspy.ordered_consumer`), else nats-py's queue."""
+        the server's flow-control window, `crr.bus.natspy.ordered_consumer`), else
+        nats-py's queue."""
         if self._direct is not None:
             return len(self._direct.backlog)
         return self._sub.pending_msgs if self._sub is not None else 0

@@ -15,7 +15,7 @@ when the server refuses a message — nats-py issue #985).
 
 A publish the server's authorization refuses gets no ack: the server
 answers with an asynchronous `-ERR 'Permissions Violation for Publish to
-"<subject>"'` instead.  The outbox listens for it (`bus.connection.
+"<subject>"'` instead.  The outbox listens for it (`crr.bus.connection.
 add_error_listener`), fails the waiting publish at once and treats it as
 permanent: the message is rejected (`on_error`, `stats.rejected`), never
 retried — a misconfigured host must not retry in a storm.  Later messages on
@@ -25,7 +25,7 @@ logged at ERROR.
 A server that stays connected but acknowledges nothing (it lost its
 cluster's majority, or its JetStream is frozen) is left: after `switch_after`
 seconds of failing publishes the outbox reconnects to another server of the
-connection's list (`bus.connection.switch_server`), where the kept messages
+connection's list (`crr.bus.connection.switch_server`), where the kept messages
 are flushed.
 """
 
@@ -43,19 +43,19 @@ from typing import Literal
 
 from nats.aio.client import Client
 
-from bus import tracing
-from bus.cancel import cancel_and_wait
-from bus.connection import add_error_listener, switch_server
-from bus.errors import NATS_FAILURES, as_crr_error
-from bus.retry import PUBLISH
-from schemas.errors import (
+from crr.bus import tracing
+from crr.bus.cancel import cancel_and_wait
+from crr.bus.connection import add_error_listener, switch_server
+from crr.bus.errors import NATS_FAILURES, as_crr_error
+from crr.bus.retry import PUBLISH
+from crr.schemas.errors import (
     AuthError,
     BusTimeoutError,
     CrrError,
     CrrTimeoutError,
     DuplicateInProcessError,
 )
-from schemas.subjects import MSG_ID_HEADER
+from crr.schemas.subjects import MSG_ID_HEADER
 
 log = logging.getLogger("crr.bus.outbox")
 
@@ -86,7 +86,7 @@ class _Item:
     """An attempt got no answer: it may still be stored late, so a later attempt failing
     for certain does not make that copy go away (see `_requeue`)."""
     span: tracing.Span | None = None
-    """The PRODUCER span of this publish when the trace is sampled (see `bus.tracing`)."""
+    """The PRODUCER span of this publish when the trace is sampled (see `crr.bus.tracing`)."""
 
 
 @dataclass
@@ -328,7 +328,7 @@ class Outbox:
                 failures = 0
                 continue
             failures += 1
-            # The policy's back-off (`bus.retry.PUBLISH`) before the next attempt; new
+            # The policy's back-off (`crr.bus.retry.PUBLISH`) before the next attempt; new
             # puts do not cut it short.  (A loop, not a tenacity spell per batch: ~30 µs
             # a batch saved on the path every report takes.)
             await asyncio.sleep(PUBLISH.delay(failures))

@@ -1,6 +1,6 @@
 """High-throughput acknowledged JetStream publishing: many publishes in flight, every ack checked.
 
-`bus.outbox.Outbox` waits for each ack in a window of `js.publish` calls
+`crr.bus.outbox.Outbox` waits for each ack in a window of `js.publish` calls
 (one future, one inbox subscription round-trip and one task per message):
 right for an agent publishing a few reports a second, too slow for a
 simulator publishing tens of thousands.  `PipelinePublisher` sends each
@@ -23,12 +23,12 @@ Order: messages on one subject are sent in `publish()` order; a re-send
 after a timeout may land after a newer message on the same subject, as with
 any at-least-once publisher (crr's fold orders reports by `seq`).
 
-Each message is framed by `bus.natspy.framing.Framer`, not by nats-py's `Client.publish`,
+Each message is framed by `crr.bus.natspy.framing.Framer`, not by nats-py's `Client.publish`,
 whose per-message work (an f-string, a regular expression per header name,
 a `str.translate` of every header value, two copies of the payload) costs
 more than the rest of a send: ~3.5 µs of a ~16 µs publish of a 6 kB
 projector record with its 400-byte `Crr-Columns` header.  The frame is the
-one nats-py would send (`tests/test_pipeline_publish.py` compares them);
+one nats-py would send (`tests/bus/test_pipeline_publish.py` compares them);
 anything unusual — not connected, draining, an oversized message, a header
 nats-py would rewrite or refuse, another nats-py — goes through
 `Client.publish` itself.
@@ -51,10 +51,10 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from bus.cancel import cancel_and_wait
-from bus.natspy import parser as direct
-from bus.natspy.framing import Framer
-from schemas.errors import CrrTimeoutError, NoRespondersError
+from crr.bus.cancel import cancel_and_wait
+from crr.bus.natspy import parser as direct
+from crr.bus.natspy.framing import Framer
+from crr.schemas.errors import CrrTimeoutError, NoRespondersError
 
 PONG_WAIT = 2.0
 """Seconds `flush` waits for the server's PONG (its messages reached the server) before
@@ -268,7 +268,7 @@ class PipelinePublisher:
         self._ack(msg.subject[len(self._prefix):], msg.data)
 
     def _on_ack_bytes(self, subject: bytes, data: bytes) -> None:
-        """An ack without headers, as read (`bus.natspy.parser`)."""
+        """An ack without headers, as read (`crr.bus.natspy.parser`)."""
         self._ack(subject[len(self._prefix):].decode(), data)
 
     def _ack(self, token: str, data: bytes) -> None:

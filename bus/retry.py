@@ -1,7 +1,7 @@
 """The one retry policy of crr: exponential back-off with jitter, keyed on the error tree.
 
 An error is retried iff it is a `CrrError` whose `retriable` flag is set
-(`is_retriable`); nats-py errors are mapped to the tree first (`bus.errors`),
+(`is_retriable`); nats-py errors are mapped to the tree first (`crr.bus.errors`),
 so a call may raise either.  A `Backoff` holds the numbers of one retrying
 place (its first delay, cap and jitter; the defaults of each place are kept
 as they were measured) and gives:
@@ -28,9 +28,9 @@ from typing import Any
 
 import tenacity
 
-from bus.errors import describe as _describe
-from bus.errors import from_nats
-from schemas.errors import CrrError
+from crr.bus.errors import describe as _describe
+from crr.bus.errors import from_nats
+from crr.schemas.errors import CrrError
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -116,13 +116,13 @@ class Backoff:
 
 # The retrying places and their numbers (unchanged from their hand-rolled versions).
 CONNECT = Backoff(first=0.2, cap=5.0, jitter=0.5)
-"""The initial connect (`bus.connection`)."""
+"""The initial connect (`crr.bus.connection`)."""
 RECONNECT = Backoff(first=0.05, cap=2.0, jitter=0.25)
-"""nats-py's reconnects once connected (`bus.connection`'s server picker)."""
+"""nats-py's reconnects once connected (`crr.bus.connection`'s server picker)."""
 PUBLISH = Backoff(first=0.05, cap=2.0, jitter=0.1)
 """The outbox's flushes, and one-shot stream checks."""
 FOLLOW = Backoff(first=0.5, cap=10.0, jitter=0.5)
-"""Following the catalog (`bus.catalog_watch`)."""
+"""Following the catalog (`crr.bus.catalog_watch`)."""
 START = Backoff(first=0.5, cap=10.0, jitter=0.5)
 """A long-running service's start-up steps (the projector's stream checks and first load),
 while the server does not answer yet (a cluster electing its meta leader)."""
@@ -136,4 +136,4 @@ TAKEOVER_READ = Backoff(first=0.05, cap=1.0)
 FENCE_BUSY = Backoff(first=0.002, cap=0.2)
 """A fenced snapshot write refused only because another one is in flight."""
 TORN_READ = Backoff(first=0.02, cap=0.5, jitter=0.05)
-"""Re-reading a snapshot that changed while it was read (`ops.replay`)."""
+"""Re-reading a snapshot that changed while it was read (`crr.replay`)."""

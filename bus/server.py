@@ -18,8 +18,8 @@ from collections import deque
 from pathlib import Path
 from types import TracebackType
 
-from schemas.distribution import install_hint
-from schemas.errors import CrrError, CrrTimeoutError
+from crr.schemas.distribution import install_hint
+from crr.schemas.errors import CrrError, CrrTimeoutError
 
 _LISTEN = re.compile(r"Listening for client connections on (\S+):(\d+)")
 _READY = "Server is ready"

@@ -9,7 +9,7 @@ CRR_EVENTS and CRR_SNAPSHOT, the scheduler view on CRR_SNAPSHOT) remembers
 the last message it handled and asks, after a reconnect, whether the stream
 still holds it; if not, it rebuilds from the stream.  `lost` is that check
 and `Generations` the guard that drops a replaced consumer's deliveries, for
-both (`bus.follower.Follower`, `ops.services.projector.Projector`).
+both (`crr.bus.follower.Follower`, `crr.projector.service.Projector`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import TypeVar
 import nats.js.errors
 from nats.aio.client import Client
 
-from bus.errors import NATS_FAILURES
-from bus.ordered import StoredMessage
-from bus.retry import PUBLISH
+from crr.bus.errors import NATS_FAILURES
+from crr.bus.ordered import StoredMessage
+from crr.bus.retry import PUBLISH
 
 
 async def still_holds(nc: Client, stream: str, seq: int, subject: str, data: bytes, *,
@@ -61,7 +61,7 @@ async def lost(nc: Client, seen: dict[str, Seen | None], *, who: str,
 
     Returns what the server no longer holds (`"<stream> seq N"`; empty: every stream
     still holds its message), or None when the check could not be made (logged as a
-    warning; the reader carries on).  Used by `bus.follower.Follower` and the projector.
+    warning; the reader carries on).  Used by `crr.bus.follower.Follower` and the projector.
     """
     out: list[str] = []
     try:

@@ -25,8 +25,8 @@ from nats.js.api import (
     SubjectTransform,
 )
 
-from schemas.errors import StreamConfigError
-from schemas.subjects import (
+from crr.schemas.errors import StreamConfigError
+from crr.schemas.subjects import (
     EVENT_SUBJECTS,
     EVENTS_STREAM,
     PARTITION_SOURCE,

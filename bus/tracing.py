@@ -45,7 +45,7 @@ from opentelemetry.trace import Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import Attributes
 
-from schemas.subjects import MSG_ID_HEADER, subject_template
+from crr.schemas.subjects import MSG_ID_HEADER, subject_template
 
 __all__ = [
     "Span", "SpanContext", "Status", "StatusCode", "consume", "current_span_context",
@@ -55,7 +55,7 @@ __all__ = [
 TRACEPARENT: Final = "traceparent"
 
 # The proxy tracer resolves the global provider lazily: importing this module
-# configures nothing (`ops.telemetry` installs an SDK provider from OTEL_*).
+# configures nothing (`crr.runtime.telemetry` installs an SDK provider from OTEL_*).
 _tracer = trace.get_tracer("crr.bus")
 # W3C only, whatever OTEL_PROPAGATORS says: `traceparent` is part of the wire contract.
 _propagator = TraceContextTextMapPropagator()

@@ -23,10 +23,11 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-import ops.commands
-from bus.errors import BUS_FAILURES, as_crr_error, describe
-from ops.telemetry import configure_telemetry
-from schemas.errors import CatalogError, CrrError, ExpressionError
+import crr
+import crr.commands
+from crr.bus.errors import BUS_FAILURES, as_crr_error, describe
+from crr.runtime.telemetry import configure_telemetry
+from crr.schemas.errors import CatalogError, CrrError, ExpressionError
 
 # A relative time (`-15m`, `-1h30m`, `-250ms`) or a negative number is a value, not an
 # option: `--since -15m` works as the README writes it.  argparse decides this with
@@ -60,7 +61,7 @@ def common_options() -> argparse.ArgumentParser:
     return p
 
 
-# `--help` examples per command (shown under "examples:"); tests/test_doc_examples.py parses
+# `--help` examples per command (shown under "examples:"); tests/system/test_doc_examples.py parses
 # every one with this parser and runs the one-shot ones against a real server.
 HELP_EXAMPLES: dict[str, list[str]] = {
     "hosts": ["crr hosts", "crr hosts demo-node --json"],
@@ -107,14 +108,14 @@ def _add_examples(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The full `crr` parser, with every sub-command discovered in `ops.commands`."""
+    """The full `crr` parser, with every sub-command discovered in `crr.commands`."""
     parser = _Parser(prog="crr", description="crr — custom resource reporting for "
                      "LSF-style schedulers, over NATS JetStream")
+    parser.add_argument("--version", action="version", version=f"crr {crr.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
     common = common_options()
-    for mod in sorted(pkgutil.iter_modules(ops.commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"ops.commands.{mod.name}")
+    for mod in sorted(pkgutil.iter_modules(crr.commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"crr.commands.{mod.name}")
         register = getattr(module, "register", None)
         if register is not None:
             register(sub, common)
@@ -160,6 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:  # bare `crr`: what there is to run
+        parser.print_help()
+        return 0
     logging.basicConfig(level=getattr(logging, args.log_level),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # nats-py's TLS transport makes asyncio warn on every close; it is noise, not a fault.

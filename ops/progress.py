@@ -16,8 +16,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TextIO
 
-from projections.freshness import format_eta
-from schemas.snapshot import RebuildProgress
+from crr.projections.freshness import format_eta
+from crr.schemas.snapshot import RebuildProgress
 
 _WIDTH = 24
 

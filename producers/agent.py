@@ -1,7 +1,7 @@
 """The worker agent: runs this host's script reporters and follows the catalog live.
 
 The agent takes the active catalog from `crr.v1.snapshot.catalog`
-(`bus.catalog_watch`), runs every `script` reporter whose `hosts` patterns
+(`crr.bus.catalog_watch`), runs every `script` reporter whose `hosts` patterns
 match its host, and applies every catalog change without a restart: a new
 reporter starts, a removed one is stopped (its process group killed, Health
 `stopped`), a changed one (its spec, or the resources it owns) is restarted
@@ -19,14 +19,14 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
-from bus.cancel import cancel_and_wait
-from bus.catalog_watch import follow_catalog
-from bus.connection import Connection
-from bus.outbox import Outbox
-from producers.publisher import ReporterPublisher
-from producers.runner import ReporterRunner, RunnerConfig
-from schemas.catalog import Catalog
-from schemas.errors import CrrTimeoutError
+from crr.bus.cancel import cancel_and_wait
+from crr.bus.catalog_watch import follow_catalog
+from crr.bus.connection import Connection
+from crr.bus.outbox import Outbox
+from crr.producers.publisher import ReporterPublisher
+from crr.producers.runner import ReporterRunner, RunnerConfig
+from crr.schemas.catalog import Catalog
+from crr.schemas.errors import CrrTimeoutError
 
 log = logging.getLogger("crr.agent")
 

@@ -12,7 +12,7 @@ kept) and flushed on reconnect.
 
 Usage::
 
-    from ops.library import ExternalReporter
+    from crr import ExternalReporter
 
     async with ExternalReporter.connect(reporter="flexlm", url="nats://bus:4222",
                                         creds="/etc/crr/flexlm.nk") as rep:
@@ -32,8 +32,8 @@ not retried: it is logged, counted in `errors`, and passed to `on_error`.
 Credentials are read from the file by the NATS client; they never appear in
 events, logs or error messages.
 
-`ops.library.ExternalReporter` is this class plus what needs the snapshot
-(`ops.services.external_reporter`): the catalog check at connect and `submit`,
+`crr.ExternalReporter` is this class plus what needs the snapshot
+(`crr.sdk.external_reporter`): the catalog check at connect and `submit`,
 which waits for the projector's verdict on a report.
 """
 
@@ -50,13 +50,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-from bus.connection import Connection, connect
-from bus.outbox import Outbox
-from producers.publisher import ReporterPublisher
-from producers.runner import ReporterRunner, RunnerConfig
-from schemas.catalog import Catalog
-from schemas.errors import CrrError
-from schemas.events import Device, Health, HealthState, Inventory, Pool, Report, check_finite
+from crr.bus.connection import Connection, connect
+from crr.bus.outbox import Outbox
+from crr.producers.publisher import ReporterPublisher
+from crr.producers.runner import ReporterRunner, RunnerConfig
+from crr.schemas.catalog import Catalog
+from crr.schemas.errors import CrrError
+from crr.schemas.events import Device, Health, HealthState, Inventory, Pool, Report, check_finite
 
 log = logging.getLogger("crr.external")
 
@@ -192,7 +192,7 @@ class CentralRunner:
     """Runs an external reporter's `command` centrally: `crr external run` (LSF `[all]` pattern).
 
     The command follows the script protocol and gets the agent's containment
-    (`producers.runner.ReporterRunner`: own process group, minimal
+    (`crr.producers.runner.ReporterRunner`: own process group, minimal
     environment — no NATS credentials —, timeout, bounded output, backoff,
     quarantine); its reports, inventories and health go to the reporter's
     **cluster** subjects through an `ExternalReporter`.  `apply(catalog)`

@@ -22,7 +22,7 @@ from typing import Final
 from opentelemetry import metrics
 from opentelemetry.metrics import MeterProvider
 
-from bus import tracing
+from crr.bus import tracing
 
 RUN_SPAN: Final = "crr.reporter.run"
 

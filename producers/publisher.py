@@ -16,16 +16,16 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
-from schemas.codec import event_message
-from schemas.events import Device, Health, HealthState, Inventory, Pool, Report
-from schemas.subjects import event_subject
-from schemas.wire_time import format_time
+from crr.schemas.codec import event_message
+from crr.schemas.events import Device, Health, HealthState, Inventory, Pool, Report
+from crr.schemas.subjects import event_subject
+from crr.schemas.wire_time import format_time
 
 Keep = Literal["latest", "all"]
 
 
 class EventSink(Protocol):
-    """Where encoded events go: `bus.outbox.Outbox.put` has this signature."""
+    """Where encoded events go: `crr.bus.outbox.Outbox.put` has this signature."""
 
     def put(self, subject: str, payload: bytes, *, msg_id: str, keep: Keep = "latest") -> None:
         """Queue `payload` for `subject`; must not block."""

@@ -11,7 +11,7 @@ exit status then means nothing).
 
 `stream`: the script runs for good; each line is a report.  When it ends,
 it is restarted after a backoff.  This is how LSF runs an elim, and the
-default for `format: elim` (see `schemas.catalog_loader`): each complete
+default for `format: elim` (see `crr.schemas.catalog_loader`): each complete
 line `N name value …` is one report (a value a later line does not repeat
 keeps its own expiry; a line `0` reports nothing and is fine).  An elim
 that exits 0 after reporting is restarted one interval after its start
@@ -48,7 +48,7 @@ Health (DESIGN §4), published when the state (or exit code) changes:
 - `stopped`: the reporter was removed from the catalog, or the agent stopped.
 
 Backoff: a failure delays the next run by a full-jitter exponential delay
-between `backoff_floor` and `min(backoff_cap, floor·2ⁿ⁻¹)` (`bus.retry.Backoff`
+between `backoff_floor` and `min(backoff_cap, floor·2ⁿ⁻¹)` (`crr.bus.retry.Backoff`
 with `full_jitter`); a periodic reporter also waits at least its
 interval.  A usable report resets the count.
 
@@ -66,11 +66,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bus.cancel import cancel_and_wait
-from bus.retry import Backoff
-from producers.observe import RunObserver
-from producers.publisher import ReporterPublisher
-from producers.script_output import (
+from crr.bus.cancel import cancel_and_wait
+from crr.bus.retry import Backoff
+from crr.producers.observe import RunObserver
+from crr.producers.publisher import ReporterPublisher
+from crr.producers.script_output import (
     BadOutput,
     ParsedOutput,
     ScriptInventory,
@@ -78,8 +78,8 @@ from producers.script_output import (
     parse_json_report,
     parse_report,
 )
-from producers.script_pipes import BoundedCapture, LineReader, TailCapture
-from producers.spawn import (
+from crr.producers.script_pipes import BoundedCapture, LineReader, TailCapture
+from crr.producers.spawn import (
     DEFAULT_PATH,
     CommandError,
     ExitStatus,
@@ -88,8 +88,8 @@ from producers.spawn import (
     script_environment,
     spawn,
 )
-from schemas.catalog import Catalog, Kind, ReporterSpec
-from schemas.events import Device, HealthState, Pool
+from crr.schemas.catalog import Catalog, Kind, ReporterSpec
+from crr.schemas.events import Device, HealthState, Pool
 
 log = logging.getLogger("crr.agent.runner")
 
@@ -232,7 +232,7 @@ class ReporterRunner:
             log.warning("reporter %s: %s%s", self.name, state, f" ({detail})" if detail else "")
 
     def backoff(self, failures: int) -> float:
-        """Seconds to wait after `failures` consecutive failures (`bus.retry`, full jitter)."""
+        """Seconds to wait after `failures` consecutive failures (`crr.bus.retry`, full jitter)."""
         return self._backoff.delay(failures)
 
     def _count_failure(self, outcome: Outcome) -> bool:

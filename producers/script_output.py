@@ -35,9 +35,9 @@ from typing import Any
 
 import msgspec
 
-from schemas.catalog import Kind
-from schemas.errors import ReporterError
-from schemas.events import Device, Pool, non_finite
+from crr.schemas.catalog import Kind
+from crr.schemas.errors import ReporterError
+from crr.schemas.events import Device, Pool, non_finite
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})

@@ -36,12 +36,12 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from bus.outbox import Outbox
-from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
-from schemas.codec import EventMessage, event_message
-from schemas.errors import CrrError
-from schemas.events import Health, Report
-from schemas.wire_time import format_time
+from crr.bus.outbox import Outbox
+from crr.schemas.catalog import Catalog, ReporterSpec, ResourceSpec
+from crr.schemas.codec import EventMessage, event_message
+from crr.schemas.errors import CrrError
+from crr.schemas.events import Health, Report
+from crr.schemas.wire_time import format_time
 
 DATASET_POOL = ("imagenet", "c4", "laion-5b", "the-pile", "redpajama", "openwebtext",
                 "wikipedia", "coco", "librispeech", "fineweb")

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from schemas.errors import ReporterError
+from crr.schemas.errors import ReporterError
 
 log = logging.getLogger("crr.agent.spawn")
 

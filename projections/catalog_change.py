@@ -7,17 +7,17 @@ from typing import Final
 
 import msgspec
 
-from projections.changes import Acc, stamp
-from projections.deadlines import rebuild_heap
-from projections.envelope import Envelope
-from projections.event_dispatch import apply_event
-from projections.expiry import expire_due
-from projections.plan import compile_plan
-from projections.state import ProjectionState, Record
-from projections.validation import Rejected, validate_value
-from schemas.catalog import Catalog
-from schemas.catalog_loader import catalog_from_wire
-from schemas.errors import CatalogError
+from crr.projections.changes import Acc, stamp
+from crr.projections.deadlines import rebuild_heap
+from crr.projections.envelope import Envelope
+from crr.projections.event_dispatch import apply_event
+from crr.projections.expiry import expire_due
+from crr.projections.plan import compile_plan
+from crr.projections.state import ProjectionState, Record
+from crr.projections.validation import Rejected, validate_value
+from crr.schemas.catalog import Catalog
+from crr.schemas.catalog_loader import catalog_from_wire
+from crr.schemas.errors import CatalogError
 
 _ANY: Final = msgspec.json.Decoder()
 

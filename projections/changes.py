@@ -7,7 +7,7 @@ from typing import Final
 
 import msgspec
 
-from projections.state import Record
+from crr.projections.state import Record
 
 
 class Changes(msgspec.Struct, frozen=True, kw_only=True):

@@ -11,7 +11,7 @@ What is not kept is what no output depends on: a value's entry is the
 newest report holding its name, so the restored batches hold only current
 entries (grouped by report: same receive time and `observed_at`), and the
 deadline heap is rebuilt from them.  `state -> records -> restored state`
-then gives the same records for any later events (tests/test_checkpoint.py
+then gives the same records for any later events (tests/projections/test_checkpoint.py
 checks it with hypothesis).
 """
 
@@ -24,12 +24,12 @@ from typing import Any
 
 import msgspec
 
-from projections.fold import install, set_catalog
-from projections.state import Batch, InventorySlot, ProjectionState, Record, ReporterRecord
-from schemas.catalog import Catalog
-from schemas.errors import CrrError, SubjectError
-from schemas.snapshot import InventoryEntry, ReporterStatus
-from schemas.subjects import CATALOG, parse_event_subject, parse_forget_subject
+from crr.projections.fold import install, set_catalog
+from crr.projections.state import Batch, InventorySlot, ProjectionState, Record, ReporterRecord
+from crr.schemas.catalog import Catalog
+from crr.schemas.errors import CrrError, SubjectError
+from crr.schemas.snapshot import InventoryEntry, ReporterStatus
+from crr.schemas.subjects import CATALOG, parse_event_subject, parse_forget_subject
 
 
 class CheckpointError(CrrError, ValueError):

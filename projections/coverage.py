@@ -19,7 +19,7 @@ is 0 ("not known"), never a partial minimum.
 
 from __future__ import annotations
 
-from schemas.snapshot import ProjectorStatus
+from crr.schemas.snapshot import ProjectorStatus
 
 
 def covered(status: ProjectorStatus) -> int:

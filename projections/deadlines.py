@@ -1,6 +1,6 @@
 """The fold's deadline heap: when each value, inventory and reporter of a record comes due.
 
-`expire` (`projections.expiry`) pops the entries that came due; the entries are
+`expire` (`crr.projections.expiry`) pops the entries that came due; the entries are
 pushed as events arrive (`push`, `new_reporter` for a reporter's declared
 resources never reported), and rebuilt from the records when a catalog change
 moves deadlines or a restore puts a record in place (`record_deadlines`).
@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-from projections.state import Batch, Deadline, ProjectionState, Record, ReporterRecord
+from crr.projections.state import Batch, Deadline, ProjectionState, Record, ReporterRecord
 
 
 def reporter_of(state: ProjectionState, rec: Record, reporter: str, host: str | None,

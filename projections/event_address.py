@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import functools
 
-from schemas.errors import SubjectError
-from schemas.subjects import EventAddress, parse_event_subject
+from crr.schemas.errors import SubjectError
+from crr.schemas.subjects import EventAddress, parse_event_subject
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -1,14 +1,14 @@
-"""A decoded event applied by what it is: a report (`projections.reports`), an inventory
+"""A decoded event applied by what it is: a report (`crr.projections.reports`), an inventory
 (the reporter's pool on a host) or a health event (the runner's view of the reporter)."""
 
 from __future__ import annotations
 
-from projections.changes import Acc, stamp
-from projections.deadlines import push, reporter_of
-from projections.reports import apply_report
-from projections.state import InventorySlot, ProjectionState
-from projections.validation import validate_devices
-from schemas.events import Health, Inventory, Report
+from crr.projections.changes import Acc, stamp
+from crr.projections.deadlines import push, reporter_of
+from crr.projections.reports import apply_report
+from crr.projections.state import InventorySlot, ProjectionState
+from crr.projections.validation import validate_devices
+from crr.schemas.events import Health, Inventory, Report
 
 
 def apply_event(state: ProjectionState, event: Report | Inventory | Health, host: str | None,

@@ -1,18 +1,18 @@
 """Expiry: what of the state came due by `now` turns stale, overdue or silent.
 
 The fold's `expire` and the expiry `apply` runs first both come here
-(`expire_due`); it pops the deadline heap (`projections.deadlines`) up to `now`
+(`expire_due`); it pops the deadline heap (`crr.projections.deadlines`) up to `now`
 and settles each (host, reporter) an entry names.  Entries of overwritten
 reports are skipped; the entry of a report refreshed in place since it was
-pushed (`projections.state.Batch.due`) goes back on the heap at its new time.
+pushed (`crr.projections.state.Batch.due`) goes back on the heap at its new time.
 """
 
 from __future__ import annotations
 
 import heapq
 
-from projections.changes import Acc
-from projections.state import Batch, Deadline, ProjectionState, ReporterRecord
+from crr.projections.changes import Acc
+from crr.projections.state import Batch, Deadline, ProjectionState, ReporterRecord
 
 
 def expire_due(state: ProjectionState, now: float, acc: Acc) -> None:

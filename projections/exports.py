@@ -1,6 +1,6 @@
 """What a scheduler bridge should show for a node: the planning core of `crr bridge …`.
 
-`compile_exports` turns a catalog's `exports:` (schemas.catalog.Exports) into
+`compile_exports` turns a catalog's `exports:` (crr.schemas.catalog.Exports) into
 compiled `select[]` expressions; `plan_host` / `plan_in_table` evaluate them
 for one node at `now` into a `NodeWant` — the features that hold, the drain
 reason, the raw values, and when that answer can next change by time alone
@@ -18,13 +18,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from projections.host_table import HostTable
-from projections.record.codes import Freshness, entry_expiry
-from projections.select import CompiledSelect, compile_select
-from projections.select.reference import Env, holds
-from schemas.catalog import Catalog, Kind
-from schemas.errors import CatalogError, ExpressionError
-from schemas.snapshot import ClusterSnapshot, HostSnapshot
+from crr.projections.host_table import HostTable
+from crr.projections.record.codes import Freshness, entry_expiry
+from crr.projections.select import CompiledSelect, compile_select
+from crr.projections.select.reference import Env, holds
+from crr.schemas.catalog import Catalog, Kind
+from crr.schemas.errors import CatalogError, ExpressionError
+from crr.schemas.snapshot import ClusterSnapshot, HostSnapshot
 
 
 @dataclass(frozen=True, slots=True)

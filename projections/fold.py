@@ -6,22 +6,22 @@ Where a report becomes a snapshot value — the path of one stored message:
    (`env.received_at`, the JetStream server timestamp), then parses the
    subject (cached per subject).
 2. A report from a reporter the catalog knows is decoded by that reporter's
-   typed decoder (`projections.plan.ReporterPlan.decoder`); if every value
+   typed decoder (`crr.projections.plan.ReporterPlan.decoder`); if every value
    it sets is one it owns, valid, the decode *was* the validation and the
-   report is stored as decoded (`projections.reports.fast_report`, the hot path).
+   report is stored as decoded (`crr.projections.reports.fast_report`, the hot path).
 3. Anything else is decoded once, generically (`_apply`), and dispatched on
-   its type with `match` (`projections.event_dispatch`): a report is checked
-   value by value (`projections.reports.apply_report`; rejected values are
+   its type with `match` (`crr.projections.event_dispatch`): a report is checked
+   value by value (`crr.projections.reports.apply_report`; rejected values are
    counted on the reporter with their reasons, the rest is stored), an
    inventory or a health event updates its reporter; a catalog
-   (`projections.catalog_change`) or a forget instruction
-   (`projections.forgetting`) is applied here too.  What cannot be applied at
+   (`crr.projections.catalog_change`) or a forget instruction
+   (`crr.projections.forgetting`) is applied here too.  What cannot be applied at
    all comes back as `Changes.deadletter` (a reason) for the projector to
    dead-letter.
-4. Accepted values land in `projections.state` as a `Batch` per report, and
-   their deadlines go on the state's heap (`projections.deadlines`); `expire`
-   (`projections.expiry`) turns them stale when they come due.
-5. `projections.record.snapshot.host_snapshot` / `cluster_snapshot` build the
+4. Accepted values land in `crr.projections.state` as a `Batch` per report, and
+   their deadlines go on the state's heap (`crr.projections.deadlines`); `expire`
+   (`crr.projections.expiry`) turns them stale when they come due.
+5. `crr.projections.record.snapshot.host_snapshot` / `cluster_snapshot` build the
    snapshot records (DESIGN §4) from the state; the projector publishes
    them for the records `Changes` names.
 
@@ -29,7 +29,7 @@ No IO, no clock, no logging: time comes only from `Envelope.received_at` or
 the `now` passed to `expire`, so live projection and replay run this same
 code and agree byte for byte.  Bad input never raises: an event that cannot
 be applied leaves the state as it was, apart from `state.seq`.  The catalog
-in force is compiled once into a frozen `projections.plan.CatalogPlan`.
+in force is compiled once into a frozen `crr.projections.plan.CatalogPlan`.
 Semantics are DESIGN §3-§5; the decisions where it is silent are written
 beside the code that makes them.
 """
@@ -41,26 +41,26 @@ import heapq
 from collections.abc import Iterable
 from typing import Final
 
-from projections.catalog_change import apply_catalog
-from projections.changes import Acc, Changes
-from projections.deadlines import record_deadlines
-from projections.envelope import Envelope
-from projections.event_address import address
-from projections.event_dispatch import apply_event
-from projections.expiry import expire_due, push_refreshed
-from projections.forgetting import apply_forget
-from projections.plan import compile_plan
-from projections.reports import fast_report, impostor
-from projections.state import Held, ProjectionState, Record, compact_heap
-from schemas.catalog import Catalog
-from schemas.codec import decode_event
-from schemas.errors import PayloadError
-from schemas.events import Health, Inventory, Report
-from schemas.subjects import ADMIN_HOST_PREFIX, CATALOG, DEADLETTER, EventAddress
+from crr.projections.catalog_change import apply_catalog
+from crr.projections.changes import Acc, Changes
+from crr.projections.deadlines import record_deadlines
+from crr.projections.envelope import Envelope
+from crr.projections.event_address import address
+from crr.projections.event_dispatch import apply_event
+from crr.projections.expiry import expire_due, push_refreshed
+from crr.projections.forgetting import apply_forget
+from crr.projections.plan import compile_plan
+from crr.projections.reports import fast_report, impostor
+from crr.projections.state import Held, ProjectionState, Record, compact_heap
+from crr.schemas.catalog import Catalog
+from crr.schemas.codec import decode_event
+from crr.schemas.errors import PayloadError
+from crr.schemas.events import Health, Inventory, Report
+from crr.schemas.subjects import ADMIN_HOST_PREFIX, CATALOG, DEADLETTER, EventAddress
 
 __all__ = ["Changes", "advance", "apply", "expire", "fold", "install", "next_deadline",
            "set_catalog"]
-"""The fold's entry points; `Changes` (from `projections.changes`) is what they answer."""
+"""The fold's entry points; `Changes` (from `crr.projections.changes`) is what they answer."""
 
 _EVENT_TYPES: Final[dict[str, type[Report | Inventory | Health]]] = {
     "report": Report, "inventory": Inventory, "health": Health}
@@ -165,7 +165,7 @@ def _apply(state: ProjectionState, env: Envelope, acc: Acc) -> str | None:
     return apply_event(state, event, addr.host, env.received_at, acc, strict_scope=True)
 
 
-# -- restoring (projections.checkpoint) ------------------------------------------
+# -- restoring (crr.projections.checkpoint) ------------------------------------------
 
 
 def set_catalog(state: ProjectionState, catalog: Catalog, seq: int) -> None:

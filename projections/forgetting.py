@@ -7,14 +7,14 @@ from typing import Final
 
 import msgspec
 
-from projections.changes import Acc, stamp
-from projections.envelope import Envelope
-from projections.event_address import address
-from projections.state import ProjectionState
-from projections.validation import short
-from schemas.errors import SubjectError
-from schemas.events import Forget
-from schemas.subjects import EventAddress, parse_forget_subject
+from crr.projections.changes import Acc, stamp
+from crr.projections.envelope import Envelope
+from crr.projections.event_address import address
+from crr.projections.state import ProjectionState
+from crr.projections.validation import short
+from crr.schemas.errors import SubjectError
+from crr.schemas.events import Forget
+from crr.schemas.subjects import EventAddress, parse_forget_subject
 
 _FORGET: Final = msgspec.json.Decoder(Forget)
 

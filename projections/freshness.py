@@ -33,8 +33,8 @@ from typing import Final, Literal, TypeVar
 
 import msgspec
 
-from projections.record.codes import ABSENT, FRESH, NULL, STALE, Freshness
-from schemas.snapshot import (
+from crr.projections.record.codes import ABSENT, FRESH, NULL, STALE, Freshness
+from crr.schemas.snapshot import (
     ClusterSnapshot,
     HostSnapshot,
     InventoryEntry,
@@ -42,7 +42,7 @@ from schemas.snapshot import (
     ValueEntry,
     ValueState,
 )
-from schemas.wire_time import expires_seconds, seconds_of
+from crr.schemas.wire_time import expires_seconds, seconds_of
 
 DEFAULT_SILENT_AFTER: Final = 15.0
 """Seconds without a projector status after which the projector counts as silent."""

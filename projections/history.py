@@ -1,6 +1,6 @@
 """Replay of stored events through the live fold, and what changed between two points.
 
-Pure: no IO, no clock.  `Replay` feeds `projections.fold.apply` (the very
+Pure: no IO, no clock.  `Replay` feeds `crr.projections.fold.apply` (the very
 function the live projector runs) with stored events in stream order and
 takes *captures* (the snapshot records as of a cut) at one or more cuts;
 `diff` compares two captures, using the events logged in between.
@@ -25,23 +25,23 @@ from typing import Any, Literal
 
 import msgspec
 
-from projections.envelope import Envelope
-from projections.fold import Changes, apply, expire
-from projections.record.snapshot import cluster_snapshot, host_snapshot
-from projections.state import ProjectionState
-from schemas.catalog import Catalog
-from schemas.codec import encode
-from schemas.errors import SubjectError
-from schemas.events import FAILING_HEALTH_STATES
-from schemas.snapshot import ClusterSnapshot, HostSnapshot, ValueEntry
-from schemas.subjects import (
+from crr.projections.envelope import Envelope
+from crr.projections.fold import Changes, apply, expire
+from crr.projections.record.snapshot import cluster_snapshot, host_snapshot
+from crr.projections.state import ProjectionState
+from crr.schemas.catalog import Catalog
+from crr.schemas.codec import encode
+from crr.schemas.errors import SubjectError
+from crr.schemas.events import FAILING_HEALTH_STATES
+from crr.schemas.snapshot import ClusterSnapshot, HostSnapshot, ValueEntry
+from crr.schemas.subjects import (
     SNAPSHOT_CATALOG,
     SNAPSHOT_CLUSTER,
     EventAddress,
     host_snapshot_subject,
     parse_event_subject,
 )
-from schemas.wire_time import format_time
+from crr.schemas.wire_time import format_time
 
 
 class Cut(msgspec.Struct, frozen=True, kw_only=True):
@@ -106,7 +106,7 @@ class Replay:
     """Drive the fold over events in stream order; take a `Capture` at each cut.
 
     Feed events with `feed` (False: every cut is taken, stop reading), then
-    call `finish` at the end of the input.  Only `projections.fold` mutates
+    call `finish` at the end of the input.  Only `crr.projections.fold` mutates
     the state.
     """
 
@@ -114,7 +114,7 @@ class Replay:
                  hosts: Iterable[str] | None = None, log_window: bool = False,
                  keep: Callable[[str], bool] | None = None) -> None:
         """`keep(subject)`: fold only the events it accepts (a projector partition's:
-        `bus.streams.owns`); the others are skipped as that partition skips them."""
+        `crr.bus.streams.owns`); the others are skipped as that partition skips them."""
         self.state = ProjectionState()
         self._keep = keep
         self.cuts = list(cuts)

@@ -1,6 +1,6 @@
 """The compiled catalog: what the fold derives from a `Catalog`, built once per catalog.
 
-A `CatalogPlan` is frozen and holds no state: the fold (`projections.fold`)
+A `CatalogPlan` is frozen and holds no state: the fold (`crr.projections.fold`)
 keeps one in `ProjectionState.plan` and replaces it whole when a catalog
 event changes the catalog.  It answers the questions the fold asks of every
 report, without looking at the catalog again:
@@ -9,7 +9,7 @@ report, without looking at the catalog again:
   (`ReporterPlan.rules`), and how long each value stays fresh (`lifetimes`);
 - how to decode a report that sets any of them validly in a single typed
   msgspec decode (`ReporterPlan.decoder`: the fast path — the decode *is*
-  the validation, see `projections.validation.value_type`);
+  the validation, see `crr.projections.validation.value_type`);
 - when the reporter turns silent (`ReporterPlan.silent_life`,
   `CatalogPlan.reporter_lifetime`).
 """
@@ -20,8 +20,8 @@ from typing import Any, Final
 
 import msgspec
 
-from projections.validation import value_type
-from schemas.catalog import EMPTY_CATALOG, Catalog, ResourceSpec
+from crr.projections.validation import value_type
+from crr.schemas.catalog import EMPTY_CATALOG, Catalog, ResourceSpec
 
 Scope = str
 """`"host"` or `"cluster"`: the kind of subject a report arrived on."""
@@ -118,7 +118,7 @@ def _report_decoder(reporter: str, names: tuple[str, ...],
 
     The values struct's fields are `f0`, `f1`, ... (renamed to the resource
     names on the wire) in the order of `names`; the struct of a full report (nothing
-    `UNSET`) is stored as decoded (`projections.state.Batch.full`).
+    `UNSET`) is stored as decoded (`crr.projections.state.Batch.full`).
     """
     fields: list[tuple[str, Any, Any]] = [
         (f"f{i}", value_type(rules[n]) | msgspec.UnsetType, msgspec.UNSET)

@@ -1,7 +1,7 @@
 """Applying a report: the typed fast path, and value by value (DESIGN §5).
 
 A report from a reporter the catalog knows is first decoded by that
-reporter's typed decoder (`projections.plan.ReporterPlan.decoder`); if every
+reporter's typed decoder (`crr.projections.plan.ReporterPlan.decoder`); if every
 value it sets is one the reporter owns, valid, the decode *was* the
 validation: a report that sets them all is stored as decoded, one that sets
 some as the dict of those (`fast_report`, the hot path).  Otherwise the
@@ -19,15 +19,15 @@ from typing import Any, Final
 import msgspec
 from msgspec.structs import astuple
 
-from projections.changes import Acc
-from projections.deadlines import new_reporter
-from projections.envelope import Envelope
-from projections.plan import ReporterPlan
-from projections.state import MAX_REJECTIONS, Batch, Deadline, ProjectionState, Record
-from projections.validation import Rejected, short, validate_value
-from schemas.catalog import Catalog
-from schemas.events import Report
-from schemas.subjects import EventAddress
+from crr.projections.changes import Acc
+from crr.projections.deadlines import new_reporter
+from crr.projections.envelope import Envelope
+from crr.projections.plan import ReporterPlan
+from crr.projections.state import MAX_REJECTIONS, Batch, Deadline, ProjectionState, Record
+from crr.projections.validation import Rejected, short, validate_value
+from crr.schemas.catalog import Catalog
+from crr.schemas.events import Report
+from crr.schemas.subjects import EventAddress
 
 
 def impostor(reporter: str, host: str | None, addr: EventAddress) -> str:

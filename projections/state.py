@@ -2,8 +2,8 @@
 
 One `ProjectionState` is owned by one fold (the live projector, or a replay).
 It holds only what the snapshot needs, in compact mutable records, plus the
-compiled catalog it was folded with (`plan`, frozen: `projections.plan`); the
-records are built from it on demand (`projections.record`: the wire Structs
+compiled catalog it was folded with (`plan`, frozen: `crr.projections.plan`); the
+records are built from it on demand (`crr.projections.record`: the wire Structs
 by `record.snapshot`, the bytes the projector writes by `record.body` and
 `record.columns`).  Everything here is a deterministic function of the
 events applied and the `now`s passed to `expire`: no clock, no randomness,
@@ -35,10 +35,10 @@ from typing import Any
 
 import msgspec
 
-from projections.envelope import Envelope
-from projections.plan import EMPTY_PLAN, CatalogPlan
-from schemas.catalog import Catalog
-from schemas.events import Device, Health, Inventory, Pool, Report
+from crr.projections.envelope import Envelope
+from crr.projections.plan import EMPTY_PLAN, CatalogPlan
+from crr.schemas.catalog import Catalog
+from crr.schemas.events import Device, Health, Inventory, Pool, Report
 
 LIFECYCLE_STATES = frozenset({
     "failed", "timeout", "bad_output", "crashed", "quarantined", "restarting",
@@ -77,8 +77,8 @@ class Batch(msgspec.Struct, gc=False):
     due: float = 0.0
     """When all its values come due, if one heap entry settles them (its reporter's values
     share one lifetime), else 0.  A report that re-sets the same values refreshes the
-    batch in place (`projections.reports`) and moves `due` later without a new entry:
-    the entry, popped before `due`, is pushed again at `due` (`projections.expiry`)."""
+    batch in place (`crr.projections.reports`) and moves `due` later without a new entry:
+    the entry, popped before `due`, is pushed again at `due` (`crr.projections.expiry`)."""
 
     def items(self) -> dict[str, Any]:
         """name -> canonical value."""
@@ -193,14 +193,14 @@ class Deadline(msgspec.Struct, order=True, frozen=True, gc=False):
 
 
 class ProjectionState:
-    """The mutable state of one fold.  Create empty; feed it with `projections.fold.apply`."""
+    """The mutable state of one fold.  Create empty; feed it with `crr.projections.fold.apply`."""
 
     __slots__ = ("catalog_seq", "cluster", "counter", "heap", "heap_limit", "hosts", "pending",
                  "plan", "seq")
 
     def __init__(self) -> None:
         self.plan: CatalogPlan = EMPTY_PLAN
-        """The catalog in force, compiled (`projections.plan`); replaced whole on a change."""
+        """The catalog in force, compiled (`crr.projections.plan`); replaced whole on a change."""
         self.catalog_seq: int = 0
         """`CRR_EVENTS` sequence of the catalog event that set `catalog`."""
         self.seq: int = 0

@@ -1,7 +1,7 @@
 """A host's values and reporter states over a window, from replay captures (pure).
 
 `replay_timeline` folds a host's stored events (and the catalog's) with
-`projections.history.Replay` (the fold `crr replay` runs), with a cut at
+`crr.projections.history.Replay` (the fold `crr replay` runs), with a cut at
 the window's start, after every event of the host in the window, and at
 its end.  Between two captures nothing but time passes,
 so a value captured `fresh` (or `unknown`) stays so until its `expires_at`
@@ -16,10 +16,10 @@ from typing import Any
 
 import msgspec
 
-from projections.envelope import Envelope
-from projections.history import Capture, Cut, Happening, Replay
-from schemas.snapshot import ReporterStatus, ValueEntry
-from schemas.wire_time import seconds_of
+from crr.projections.envelope import Envelope
+from crr.projections.history import Capture, Cut, Happening, Replay
+from crr.schemas.snapshot import ReporterStatus, ValueEntry
+from crr.schemas.wire_time import seconds_of
 
 
 class Span(msgspec.Struct, frozen=True, kw_only=True):

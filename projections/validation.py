@@ -1,7 +1,7 @@
 """Value and inventory validation against the catalog (DESIGN §4, §5): the one rule.
 
 Three forms of one rule, kept together and tested to agree
-(tests/test_validation.py): `validate_value` (the rule, with the reason a
+(tests/projections/test_validation.py): `validate_value` (the rule, with the reason a
 value is refused), `value_type` (its msgspec form, for the fold's typed
 fast path) and `normalize` (what a reader of the snapshot makes of a stored
 value for `select[]`).
@@ -21,8 +21,8 @@ from typing import Annotated, Any, Final
 
 from msgspec import Meta
 
-from schemas.catalog import Kind, ResourceSpec
-from schemas.events import Device
+from crr.schemas.catalog import Kind, ResourceSpec
+from crr.schemas.events import Device
 
 MAX_NAME_IN_REASON: Final = 64
 """Names quoted in a reason are cut to this length (a hostile report can't bloat the snapshot)."""
@@ -134,7 +134,7 @@ def normalize(kind: Kind, value: Any) -> Any:
     not checked again: the projector stored only values `validate_value`
     accepted (and drops those a new catalog refuses); the kind is checked
     because a reader's catalog may declare another kind than the writer's.
-    Whatever `validate_value` accepts, this accepts (tests/test_validation.py).
+    Whatever `validate_value` accepts, this accepts (tests/projections/test_validation.py).
     """
     if value is None:
         return None
@@ -163,7 +163,7 @@ def value_type(spec: ResourceSpec) -> Any:
     stay with the caller): a report that decodes with it needs no further
     check, and one that does not is checked value by value with
     `validate_value`, which says why.  The fold's fast path decodes with it
-    (`projections.plan`); tests/test_validation.py holds the two to agreement.
+    (`crr.projections.plan`); tests/projections/test_validation.py holds the two to agreement.
     """
     if spec.kind == "numeric":
         lo = spec.min if spec.min is not None else -FLOAT_MAX

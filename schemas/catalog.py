@@ -3,7 +3,7 @@
 The same Structs are the payload of `crr.v1.catalog` and
 `crr.v1.snapshot.catalog`.  On the wire, durations are numbers of seconds;
 in `resources.yaml` they may also be written `30s`, `5m`, `1h`
-(see `schemas.catalog_loader`).  Operator input, so unknown fields are an
+(see `crr.schemas.catalog_loader`).  Operator input, so unknown fields are an
 error (`forbid_unknown_fields`): a typo must not be silently ignored.
 """
 
@@ -14,7 +14,7 @@ from typing import Literal
 
 import msgspec
 
-from schemas.errors import UnknownReporterError
+from crr.schemas.errors import UnknownReporterError
 
 Kind = Literal["numeric", "boolean", "string", "string_set"]
 Scope = Literal["host", "cluster"]
@@ -56,7 +56,7 @@ class ReporterSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     command: list[str] | None = None
     mode: Mode = "periodic"
     """`periodic` or `stream`.  In `resources.yaml` (and any catalog validated by
-    `schemas.catalog_loader`) a reporter with `format: elim` and no `mode` gets
+    `crr.schemas.catalog_loader`) a reporter with `format: elim` and no `mode` gets
     `stream`: LSF starts an elim once and reads its lines as long as it runs.  An
     encoded catalog always spells `mode` out, so this default applies only where
     the operator left it out."""

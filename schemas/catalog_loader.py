@@ -16,15 +16,15 @@ from typing import Any
 import msgspec
 import yaml
 
-from schemas.catalog import Catalog, DrainRule, Exports, ReporterSpec, ResourceSpec
-from schemas.duration import parse_duration
-from schemas.errors import CatalogError, DurationError
-from schemas.subjects import CATALOG
-from schemas.target_names import feature_name_problems
+from crr.schemas.catalog import Catalog, DrainRule, Exports, ReporterSpec, ResourceSpec
+from crr.schemas.duration import parse_duration
+from crr.schemas.errors import CatalogError, DurationError
+from crr.schemas.subjects import CATALOG
+from crr.schemas.target_names import feature_name_problems
 
 ExportsCheck = Callable[[Catalog], list[str]]
 """Checks a catalog's `exports:` against its resources (compiling the expressions):
-path-qualified problems.  `projections.exports.export_problems`; passed in, because
+path-qualified problems.  `crr.projections.exports.export_problems`; passed in, because
 the `select[]` compiler lives above this layer."""
 
 _DURATION_FIELDS = frozenset({"interval", "grace", "timeout", "backoff_floor", "backoff_cap"})

@@ -17,11 +17,11 @@ from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
-from schemas.catalog import Catalog
-from schemas.errors import PayloadError
-from schemas.events import DeadLetter, Forget, Health, Inventory, Report
-from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus
-from schemas.subjects import MSG_ID_HEADER, EventType, event_subject, msg_id
+from crr.schemas.catalog import Catalog
+from crr.schemas.errors import PayloadError
+from crr.schemas.events import DeadLetter, Forget, Health, Inventory, Report
+from crr.schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus
+from crr.schemas.subjects import MSG_ID_HEADER, EventType, event_subject, msg_id
 
 T = TypeVar("T")
 

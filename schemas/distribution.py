@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Final
 
 DISTRIBUTION: Final = "crr-reporting"
-"""`[project] name` in pyproject.toml (tests/test_distribution.py keeps them equal)."""
+"""`[project] name` in pyproject.toml (tests/system/test_distribution.py keeps them equal)."""
 
 
 def install_hint(extra: str) -> str:

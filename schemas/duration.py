@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from schemas.errors import DurationError
+from crr.schemas.errors import DurationError
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")

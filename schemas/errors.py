@@ -63,7 +63,7 @@ class ExpressionError(CrrError, ValueError):
 class BusError(CrrError, ConnectionError):
     """Talking to NATS failed.
 
-    `bus.errors` maps every nats-py error (and a timeout or `OSError` of a NATS
+    `crr.bus.errors` maps every nats-py error (and a timeout or `OSError` of a NATS
     call) to this class or one of its sub-classes, so code outside `bus/` never
     catches a raw `nats.errors.Error`.  The original stays in `__cause__`.
     """

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from schemas.errors import PayloadError
+from crr.schemas.errors import PayloadError
 
 HealthState = Literal[
     "ok", "failed", "timeout", "bad_output", "crashed", "restarting", "quarantined",

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from schemas.events import Device, Pool
+from crr.schemas.events import Device, Pool
 
 ValueState = Literal["fresh", "stale", "unknown"]
 ReporterState = Literal[
@@ -168,8 +168,8 @@ class ProjectorStatus(msgspec.Struct, frozen=True, kw_only=True):
     Unpartitioned it equals `last_seq`.  A partition's `last_seq` is the last of
     *its* events, so it would hold readers back at other partitions' events; its
     `covered_seq` also spans the other partitions' events after that (see
-    `ops.services.projector`).  Readers take the minimum over the partitions
-    (`projections.coverage`)."""
+    `crr.projector.service`).  Readers take the minimum over the partitions
+    (`crr.projections.coverage`)."""
     partitions: int | None = None
     """N for one of N partitions (`partition` is then 0..N-1); None: unpartitioned."""
     checkpoint: int = 0
@@ -195,7 +195,7 @@ class ProjectorStatus(msgspec.Struct, frozen=True, kw_only=True):
     next_due_ts: float | None = None
     """No deadline pending in the records this status covers comes before this (epoch
     seconds; None: nothing pending, or `checkpoint` < 2).  A restart places a restored
-    record no later than this without reading it first (see `projections.checkpoint.Lazy`)."""
+    record no later than this without reading it first (see `crr.projections.checkpoint.Lazy`)."""
 
 
 CHECKPOINT_FORMAT = 2

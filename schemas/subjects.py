@@ -1,6 +1,6 @@
 """Every crr subject: names, filters, builders and parsers, and the subject-token encoding
 of DESIGN §3.  No other module spells out a `crr.v1…` subject or splits one into tokens
-(tests/test_layers.py checks this), so a newcomer reads the whole subject space here.
+(tests/system/test_layers.py checks this), so a newcomer reads the whole subject space here.
 
 `token(s)`: each UTF-8 byte outside `[A-Za-z0-9_-]` becomes `=XX`
 (uppercase hex).  Injective, and valid in NATS subjects and KV keys.
@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Final, Literal, NamedTuple
 
-from schemas.errors import SubjectError
+from crr.schemas.errors import SubjectError
 
 PREFIX = "crr.v1"
 EVENTS_STREAM = "CRR_EVENTS"
@@ -211,7 +211,7 @@ def partition_of(host_token: str, partitions: int) -> int:
     """The partition `partition(N, host)` of the stream transform gives a host token.
 
     nats-server hashes the token's bytes with 32-bit FNV-1a, modulo N (checked
-    against a real server in tests/test_repartition.py).  Projectors use it to
+    against a real server in tests/projector/test_repartition.py).  Projectors use it to
     keep only their own hosts among events stored under an older layout.
     """
     h = 0x811C9DC5
@@ -307,7 +307,7 @@ class EventAddress(NamedTuple):
 def published_subject(stored: str) -> str:
     """The subject an event was published on, from the one CRR_EVENTS stores it under.
 
-    A partitioned stream (`bus.streams.partition_transform`) stores host events
+    A partitioned stream (`crr.bus.streams.partition_transform`) stores host events
     as `crr.v1.<kind>.host.<host>.<reporter>.<partition>`; every reader that
     folds or parses stored events goes through this (or `parse_event_subject`,
     which accepts both forms), whatever layout stored the event.

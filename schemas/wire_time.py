@@ -19,7 +19,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
-from schemas.errors import PayloadError
+from crr.schemas.errors import PayloadError
 
 if TYPE_CHECKING:
     import numpy as np

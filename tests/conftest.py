@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from bus import natspy
-from bus.connection import connect
-from bus.server import NatsServer
-from bus.streams import provision
-from tests.slurm_support import SlurmCluster, slurm_cluster
+from crr.bus import natspy
+from crr.bus.connection import connect
+from crr.bus.server import NatsServer
+from crr.bus.streams import provision
+from tests.support.slurm import SlurmCluster, slurm_cluster
 
 
 @pytest.fixture

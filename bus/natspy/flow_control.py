@@ -4,7 +4,7 @@ With a callback, nats-py answers a push consumer's flow-control request as soon 
 messages before it are *received* (queued), so the server never slows down: a handler
 that waits makes the backlog pile up in the subscription's queue.  `HeldFlowControl`
 makes nats-py count messages *handled* instead, and answers a request once they cover
-it, so the server waits.  This is the `flow_control` fast path of `bus.natspy`; when it
+it, so the server waits.  This is the `flow_control` fast path of `crr.bus.natspy`; when it
 is off, nats-py answers as it always does (the backlog then waits in its queue, within
 the subscription's pending limits).
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from bus import natspy
+from crr.bus import natspy
 
 
 def _shape(psub: Any) -> str | None:

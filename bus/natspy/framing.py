@@ -4,9 +4,9 @@
 the protocol frame built here: nats-py's per-message work (an f-string, a regular
 expression per header name, a `str.translate` of every header value, two copies of the
 payload) costs more than the rest of a send.  The frame is the one nats-py would send
-(`tests/test_pipeline_publish.py` compares them); anything unusual — not connected,
+(`tests/bus/test_pipeline_publish.py` compares them); anything unusual — not connected,
 draining, an oversized message, a header nats-py would rewrite or refuse — and a nats-py
-without the parts it writes to (`bus.natspy.check`) go through `Client.publish` itself.
+without the parts it writes to (`crr.bus.natspy.check`) go through `Client.publish` itself.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from bus import natspy
+from crr.bus import natspy
 
 _INVALID_SUBJECT = re.compile(r"[ \t\r\n]")
 """What nats-py refuses in a subject to publish to (its `_validate_subject`)."""

@@ -6,13 +6,13 @@ per character class check: ~5% of the projector's CPU at 5k reports/s.
 `parse_headers` gives exactly what nats-py's `Client._process_headers`
 gives for a plain header block (`NATS/1.0\\r\\nName: value\\r\\n...`): the
 same names kept or skipped, the same values, the same None/{} cases — a
-hypothesis property in `tests/test_nats_headers.py` compares the two on
+hypothesis property in `tests/bus/test_nats_headers.py` compares the two on
 arbitrary blocks.  It remembers the few header names it meets (a name's
 checks are done once), and leaves status blocks (`NATS/1.0 100 Idle
 Heartbeat`, `NATS/1.0 404 ...`: rare control messages) to nats-py's own code.
 
-`install(nc)` puts it in place on one connection (`bus.connection` does so
-for every connection it opens); it installs nothing when `bus.natspy` says the
+`install(nc)` puts it in place on one connection (`crr.bus.connection` does so
+for every connection it opens); it installs nothing when `crr.bus.natspy` says the
 path is not usable (another nats-py, `CRR_NATS_FAST=0`, or nats-py using the
 optional `fast_mail_parser`, whose results differ).
 """
@@ -27,7 +27,7 @@ from typing import Any
 import nats.aio.client as _client
 from nats.aio.client import Client
 
-from bus import natspy
+from crr.bus import natspy
 
 log = logging.getLogger("crr.bus.headers")
 

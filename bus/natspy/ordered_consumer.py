@@ -4,7 +4,7 @@ nats-py delivers each message of an ordered push consumer through a `Msg`,
 a reply-subject metadata parse, the subscription's queue and a task hop to
 the callback.  `Direct` takes the data messages (reply
 `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`)
-straight from the connection's parser (`bus.natspy.parser.route_full`) and keeps
+straight from the connection's parser (`crr.bus.natspy.parser.route_full`) and keeps
 nats-py's ordered-consumer bookkeeping exactly as nats-py would: the
 expected consumer sequence (a gap is left to nats-py, which resets the
 consumer), the last stream sequence, the delivered count and last reply
@@ -41,9 +41,9 @@ from typing import Any
 
 from nats.js.api import Header
 
-from bus import natspy
-from bus.natspy import headers as nats_headers
-from bus.natspy import parser as direct
+from crr.bus import natspy
+from crr.bus.natspy import headers as nats_headers
+from crr.bus.natspy import parser as direct
 
 log = logging.getLogger("crr.bus.ordered")
 

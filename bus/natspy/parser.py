@@ -12,7 +12,7 @@ headers (a status such as 503 "no responders") still takes nats-py's usual
 path to the subscription's callback.  `route_full(nc, sid, handler)` offers
 every message of subscription id `sid` to `handler(subject, reply, data,
 headers)`, which handles it and returns True, or returns False to leave it
-to nats-py's usual path (`bus.natspy.ordered_consumer` uses it for an ordered
+to nats-py's usual path (`crr.bus.natspy.ordered_consumer` uses it for an ordered
 JetStream consumer: data messages directly, control messages and anything
 unexpected the usual way).  Handlers must be quick and must not block: they
 run inside the connection's read loop.
@@ -21,8 +21,8 @@ Both work through `Reader`, a protocol parser that replaces nats-py's on the
 connection: it parses MSG/HMSG control lines without regular expressions
 (a third of the receive cost), hands routed messages to their handler,
 and every other message and operation to nats-py's own code, with the same
-results (`tests/test_direct.py` compares the two parsers on arbitrary
-chunkings of a protocol stream).  Nothing is installed when `bus.natspy`
+results (`tests/bus/test_direct.py` compares the two parsers on arbitrary
+chunkings of a protocol stream).  Nothing is installed when `crr.bus.natspy`
 says the path is not usable (another nats-py, `CRR_NATS_FAST=0`): then
 `route` returns False and everything keeps nats-py's path.
 """
@@ -39,7 +39,7 @@ from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 from nats.errors import ProtocolError
 
-from bus import natspy
+from crr.bus import natspy
 
 log = logging.getLogger("crr.bus.direct")
 

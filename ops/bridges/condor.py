@@ -19,9 +19,9 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TextIO
 
-from ops.bridges.stream_door import StreamDoor
-from projections.exports import CompiledExports, NodeWant, ValueOut
-from schemas.target_names import CLASSAD_PREFIX
+from crr.bridges.stream_door import StreamDoor
+from crr.projections.exports import CompiledExports, NodeWant, ValueOut
+from crr.schemas.target_names import CLASSAD_PREFIX
 
 UNDEFINED: Final = "undefined"
 SEPARATOR: Final = "-"

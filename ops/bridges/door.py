@@ -1,4 +1,4 @@
-"""The port a scheduler target implements for the bridge engine (`ops.bridges.engine`).
+"""The port a scheduler target implements for the bridge engine (`crr.bridges.engine`).
 
 A door is the target's side only: what it shows for some nodes now
 (`observe`) and how to make it show crr's wants (`apply`).  Planning, diffing,
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from projections.exports import NodeWant
+from crr.projections.exports import NodeWant
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +48,7 @@ class Applied:
 class Door(Protocol):
     """A scheduler target (see the module doc).
 
-    `apply` may raise a `schemas.errors.BridgeError` (retriable: the engine retries
+    `apply` may raise a `crr.schemas.errors.BridgeError` (retriable: the engine retries
     the whole batch with back-off) or return per-node failures in `Applied.failed`.
     """
 

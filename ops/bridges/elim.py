@@ -22,10 +22,10 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Final, TextIO
 
-from ops.bridges.stream_door import StreamDoor
-from producers.script_output import ELIM_UNKNOWN
-from projections.exports import CompiledExports, NodeWant, ValueOut
-from schemas.target_names import CLASSAD_PREFIX
+from crr.bridges.stream_door import StreamDoor
+from crr.producers.script_output import ELIM_UNKNOWN
+from crr.projections.exports import CompiledExports, NodeWant, ValueOut
+from crr.schemas.target_names import CLASSAD_PREFIX
 
 FEATURE_PREFIX: Final = CLASSAD_PREFIX
 """`crr_`: LSF resource names are letters, digits and `_` too."""

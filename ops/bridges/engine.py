@@ -1,7 +1,7 @@
 """The bridge engine: one loop for every scheduler door (`crr bridge nfd|condor|elim|slurm`).
 
 It follows a `Source` (a per-host follower, or the whole-cluster scheduler view),
-plans each node's `NodeWant` with `projections.exports`, compares it with what
+plans each node's `NodeWant` with `crr.projections.exports`, compares it with what
 the target shows (`Door.observe`) and applies only the nodes that differ —
 rate-limited, `--dry-run` printing the diff instead, `--once` for one pass.  It
 wakes on a snapshot change or at the plan's `expires_at` (a value going stale),
@@ -9,7 +9,7 @@ never by polling; a door that must speak at least every so often (an elim)
 sets `heartbeat`.
 
 Faults: a target command that fails (`BridgeError`, or per-node failures in
-`Applied.failed`) is counted and retried with back-off (`bus.retry.BRIDGE_APPLY`),
+`Applied.failed`) is counted and retried with back-off (`crr.bus.retry.BRIDGE_APPLY`),
 the loop never exits on it; a node the target does not know is said once, not
 per cycle; an `exports:` that stops compiling after a catalog change keeps the
 last good plan and says so (`Planner`).
@@ -25,11 +25,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, TextIO
 
-from bus.retry import BRIDGE_APPLY, Backoff
-from ops.bridges.door import Applied, Door, Observed
-from projections.exports import CompiledExports, NodeWant, compile_exports, earliest
-from schemas.catalog import Catalog
-from schemas.errors import CatalogError, CrrError
+from crr.bridges.door import Applied, Door, Observed
+from crr.bus.retry import BRIDGE_APPLY, Backoff
+from crr.projections.exports import CompiledExports, NodeWant, compile_exports, earliest
+from crr.schemas.catalog import Catalog
+from crr.schemas.errors import CatalogError, CrrError
 
 log = logging.getLogger("crr.bridge")
 

@@ -11,15 +11,15 @@ import asyncio
 import logging
 import time
 
-from bus.connection import Connection
-from bus.ordered import OrderedReader, StoredMessage
-from ops.bridges.engine import Clock, Planner
-from projections.exports import NodeWant, plan_host
-from schemas.catalog import Catalog
-from schemas.codec import decode
-from schemas.errors import PayloadError
-from schemas.snapshot import ClusterSnapshot, HostSnapshot
-from schemas.subjects import (
+from crr.bridges.engine import Clock, Planner
+from crr.bus.connection import Connection
+from crr.bus.ordered import OrderedReader, StoredMessage
+from crr.projections.exports import NodeWant, plan_host
+from crr.schemas.catalog import Catalog
+from crr.schemas.codec import decode
+from crr.schemas.errors import PayloadError
+from crr.schemas.snapshot import ClusterSnapshot, HostSnapshot
+from crr.schemas.subjects import (
     SNAPSHOT_CATALOG,
     SNAPSHOT_CLUSTER,
     SNAPSHOT_STREAM,

@@ -9,7 +9,7 @@ Labels without a namespace get `feature.node.kubernetes.io/`.  So:
   absent, as Kleene unknown is);
 - a drain rule that holds is `<prefix>crr-drained=true`;
 - exported values: a number, boolean or string as its value when NFD accepts it
-  as a label value (`schemas.target_names`); a string set as one label
+  as a label value (`crr.schemas.target_names`); a string set as one label
   `<prefix>crr-<name>.<member>=true` per member; unknown and stale values are
   left out, and so is anything NFD would reject (said once in the log, and in a
   comment of the file);
@@ -32,11 +32,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from ops.bridges.door import Applied, Observed
-from projections.exports import NodeWant, ValueOut
-from schemas.errors import BridgeError
-from schemas.target_names import NFD_FEATURE_PREFIX, nfd_name_problem, nfd_value_problem
-from schemas.wire_time import format_time_whole
+from crr.bridges.door import Applied, Observed
+from crr.projections.exports import NodeWant, ValueOut
+from crr.schemas.errors import BridgeError
+from crr.schemas.target_names import NFD_FEATURE_PREFIX, nfd_name_problem, nfd_value_problem
+from crr.schemas.wire_time import format_time_whole
 
 log = logging.getLogger("crr.bridge.nfd")
 

@@ -15,14 +15,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TextIO, TypeVar
 
-from bus.connection import Connection
-from ops.bridges.door import Door
-from ops.bridges.engine import Engine
-from ops.bridges.host_source import HostSource
-from ops.bridges.status import BridgeHealth, BridgeMetrics
-from ops.bridges.view_source import ViewSource
-from ops.services.view import SchedulerView
-from producers.external import ExternalReporter
+from crr.bridges.door import Door
+from crr.bridges.engine import Engine
+from crr.bridges.host_source import HostSource
+from crr.bridges.status import BridgeHealth, BridgeMetrics
+from crr.bridges.view_source import ViewSource
+from crr.bus.connection import Connection
+from crr.producers.external import ExternalReporter
+from crr.view.scheduler_view import SchedulerView
 
 log = logging.getLogger("crr.bridge")
 

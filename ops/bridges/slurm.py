@@ -21,7 +21,7 @@ What it changes, and what it leaves alone:
   (`scontrol show node --oneliner`, or `sinfo --json`) and writes what differs, so a
   wipe is repaired on the next cycle.
 - **Batching.**  Nodes that need the same change are named in one call with a Slurm
-  hostlist expression (`ops.bridges.hostlist`): the number of `scontrol` calls grows
+  hostlist expression (`crr.bridges.hostlist`): the number of `scontrol` calls grows
   with the number of *distinct* changes, not with the number of nodes.
 
 Commands are spawned with asyncio (argument lists, no shell) under a timeout; a failing
@@ -45,10 +45,10 @@ from typing import Literal
 
 import msgspec
 
-from ops.bridges import door
-from ops.bridges.hostlist import compress, expand
-from projections.exports import NodeWant
-from schemas.errors import SchedulerCommandError
+from crr.bridges import door
+from crr.bridges.hostlist import compress, expand
+from crr.projections.exports import NodeWant
+from crr.schemas.errors import SchedulerCommandError
 
 log = logging.getLogger("crr.bridge.slurm")
 

@@ -11,7 +11,7 @@ a forgotten host's delete marker), no sooner than `min_gap` after the previous o
 (rate limit; changes arriving meanwhile are folded into the next cycle), and at least
 every `interval` even without changes: slurmctld forgets scontrol-set features on a
 restart or `scontrol reconfigure`, and only reading the nodes again notices.  A cycle
-that cannot reach Slurm is retried after a back-off (`bus.retry.Backoff`), counted in
+that cannot reach Slurm is retried after a back-off (`crr.bus.retry.Backoff`), counted in
 the status; the loop never ends on it.
 """
 
@@ -25,14 +25,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from bus.retry import Backoff
-from ops.bridges.engine import Planner
-from ops.bridges.slurm import Reconciled, SlurmDoor, Update
-from ops.services.view import SchedulerView
-from producers.external import ExternalReporter
-from projections.exports import CompiledExports, NodeWant
-from schemas.catalog import Catalog
-from schemas.errors import SchedulerCommandError
+from crr.bridges.engine import Planner
+from crr.bridges.slurm import Reconciled, SlurmDoor, Update
+from crr.bus.retry import Backoff
+from crr.producers.external import ExternalReporter
+from crr.projections.exports import CompiledExports, NodeWant
+from crr.schemas.catalog import Catalog
+from crr.schemas.errors import SchedulerCommandError
+from crr.view.scheduler_view import SchedulerView
 
 log = logging.getLogger("crr.bridge.slurm")
 
@@ -53,7 +53,7 @@ def wants_from_view(view: SchedulerView, exports: CompiledExports, now: float,
                     ) -> dict[str, NodeWant]:
     """host → what crr wants on it at `now`, for every host in the view.
 
-    The same `NodeWant` as `projections.exports.plan_table`, computed column-wise: each
+    The same `NodeWant` as `crr.projections.exports.plan_table`, computed column-wise: each
     export's compiled expression is run once with `view.select` over all hosts (the
     vectorised evaluator, which the select[] property tests hold to the reference one
     that `plan_table` uses per host) instead of once per host.  Raw values are not

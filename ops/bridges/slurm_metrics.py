@@ -1,6 +1,6 @@
 """The Slurm bridge's OpenTelemetry metrics (meter `crr.bridge.slurm`).
 
-Exported only when `ops.telemetry` installed an SDK meter provider (e.g.
+Exported only when `crr.runtime.telemetry` installed an SDK meter provider (e.g.
 `OTEL_METRICS_EXPORTER=prometheus`); otherwise registering them is a no-op.  All are
 read from the bridge's status at collection time, so they cost nothing per cycle:
 
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
-from ops.bridges.slurm_bridge import SlurmBridge
+from crr.bridges.slurm_bridge import SlurmBridge
 
 
 def register_metrics(bridge: SlurmBridge, meter_provider: MeterProvider | None = None) -> None:

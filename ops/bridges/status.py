@@ -25,9 +25,9 @@ from typing import Final
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
-from ops.bridges.engine import Engine, Planner
-from producers.external import ExternalReporter
-from schemas.events import HealthState
+from crr.bridges.engine import Engine, Planner
+from crr.producers.external import ExternalReporter
+from crr.schemas.events import HealthState
 
 HEARTBEAT: Final = 15.0
 """Seconds between a bridge's empty reports (a reporter owning no resource is silent

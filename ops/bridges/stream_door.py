@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TextIO
 
-from ops.bridges.door import Applied, Observed
-from projections.exports import CompiledExports, NodeWant
-from schemas.errors import BridgeError
+from crr.bridges.door import Applied, Observed
+from crr.projections.exports import CompiledExports, NodeWant
+from crr.schemas.errors import BridgeError
 
 Render = Callable[[NodeWant, Sequence[str]], str]
 """(want, every declared feature name, sorted) → the text of one update."""

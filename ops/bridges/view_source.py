@@ -1,8 +1,8 @@
-"""A whole-cluster door's view of the snapshot: the scheduler view (`ops.services.view`).
+"""A whole-cluster door's view of the snapshot: the scheduler view (`crr.view.scheduler_view`).
 
 For a door that serves every node from one process (Slurm): the view's
 columnar table, followed live; the wants of every host are planned from it
-(`projections.exports.plan_table`).  The view's listener marks the source
+(`crr.projections.exports.plan_table`).  The view's listener marks the source
 changed on every record, the catalog record re-plans the exports (a catalog
 whose exports no longer compile keeps the last good plan: `Planner`).
 """
@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ops.bridges.engine import Clock, Planner
-from ops.services.view import SchedulerView
-from projections.exports import NodeWant, plan_table
-from schemas.catalog import Catalog
+from crr.bridges.engine import Clock, Planner
+from crr.projections.exports import NodeWant, plan_table
+from crr.schemas.catalog import Catalog
+from crr.view.scheduler_view import SchedulerView
 
 
 class ViewSource:

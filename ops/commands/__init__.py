@@ -1,1 +1,1 @@
-"""`crr` sub-commands: each module has `register(subparsers, common)`; `ops.cli` finds them."""
+"""`crr` sub-commands: each module has `register(subparsers, common)`; `crr.cli` finds them."""

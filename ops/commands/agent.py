@@ -7,9 +7,9 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from bus.connection import connect, display_url
-from ops.shutdown import STOP_EPILOG, stopping
-from producers.agent import Agent
+from crr.bus.connection import connect, display_url
+from crr.producers.agent import Agent
+from crr.runtime.shutdown import STOP_EPILOG, stopping
 
 
 def short_hostname() -> str:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bus.connection import connect, display_url
-from ops.shutdown import STOP_EPILOG, stopping
-from schemas.distribution import install_hint
-from schemas.errors import CrrError
+from crr.bus.connection import connect, display_url
+from crr.runtime.shutdown import STOP_EPILOG, stopping
+from crr.schemas.distribution import install_hint
+from crr.schemas.errors import CrrError
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -29,12 +29,12 @@ async def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; the view follows CRR_SNAPSHOT live."""
     # Imported here: the API's dependencies (litestar, uvicorn) are only needed by `crr api`.
     try:
-        from ops.rest.app import create_app  # noqa: PLC0415 - optional extra
-        from ops.rest.server import bind, serve  # noqa: PLC0415 - optional extra
+        from crr.rest.app import create_app  # noqa: PLC0415 - optional extra
+        from crr.rest.server import bind, serve  # noqa: PLC0415 - optional extra
     except ImportError as exc:
         raise CrrError(f"`crr api` needs the api extra ({exc.name or exc} is missing): "
                        f"{install_hint('api')}") from None
-    from ops.services.view import SchedulerView  # noqa: PLC0415 - keeps other commands' start-up lean
+    from crr.view.scheduler_view import SchedulerView  # noqa: PLC0415 - keeps other commands' start-up lean
 
     sock = bind(args.listen)
     async with stopping() as stop, connect(

@@ -15,10 +15,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import ops
-from schemas.errors import CrrError
+import crr
+from crr.schemas.errors import CrrError
 
-CHECKOUT = Path(ops.__file__).resolve().parents[1]
+CHECKOUT = Path(crr.__file__).resolve().parents[1]
 """The source checkout when crr is installed editable (or run from it); else site-packages."""
 
 NOT_A_CHECKOUT = ("the benchmarks are not part of the installed package: run `crr bench` from an "

@@ -17,17 +17,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import ops.commands
-from bus.connection import connect
-from ops.bridges.condor import condor_door
-from ops.bridges.door import Door
-from ops.bridges.elim import elim_door
-from ops.bridges.host_source import HostSource
-from ops.bridges.nfd import DEFAULT_MAX_TTL, DEFAULT_PREFIX, NfdDoor
-from ops.bridges.run import HostBridgeOptions, run_host_bridge
-from ops.commands.agent import short_hostname
-from ops.shutdown import stopping
-from schemas.errors import CrrError
+import crr.commands
+from crr.bridges.condor import condor_door
+from crr.bridges.door import Door
+from crr.bridges.elim import elim_door
+from crr.bridges.host_source import HostSource
+from crr.bridges.nfd import DEFAULT_MAX_TTL, DEFAULT_PREFIX, NfdDoor
+from crr.bridges.run import HostBridgeOptions, run_host_bridge
+from crr.bus.connection import connect
+from crr.commands.agent import short_hostname
+from crr.runtime.shutdown import stopping
+from crr.schemas.errors import CrrError
 
 
 def _host_options(p: argparse.ArgumentParser) -> None:
@@ -78,9 +78,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     elim.set_defaults(func=_run_elim)
 
     # The hook for whole-cluster doors (`crr bridge slurm`): ops/commands/bridge_<door>.py.
-    for mod in sorted(pkgutil.iter_modules(ops.commands.__path__), key=lambda m: m.name):
+    for mod in sorted(pkgutil.iter_modules(crr.commands.__path__), key=lambda m: m.name):
         if mod.name.startswith("bridge_"):
-            module = importlib.import_module(f"ops.commands.{mod.name}")
+            module = importlib.import_module(f"crr.commands.{mod.name}")
             hook = getattr(module, "register_bridge", None)
             if hook is not None:
                 hook(doors, common)

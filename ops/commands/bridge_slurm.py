@@ -13,14 +13,14 @@ import logging
 import sys
 from typing import Any
 
-from bus.connection import connect
-from ops.bridges.slurm import DEFAULT_TIMEOUT, SlurmCommands, SlurmDoor
-from ops.bridges.slurm_bridge import HEALTH_REPORTER, SlurmBridge
-from ops.bridges.slurm_metrics import register_metrics
-from ops.services.view import SchedulerView
-from ops.shutdown import stopping
-from producers.external import ExternalReporter
-from schemas.duration import parse_duration
+from crr.bridges.slurm import DEFAULT_TIMEOUT, SlurmCommands, SlurmDoor
+from crr.bridges.slurm_bridge import HEALTH_REPORTER, SlurmBridge
+from crr.bridges.slurm_metrics import register_metrics
+from crr.bus.connection import connect
+from crr.producers.external import ExternalReporter
+from crr.runtime.shutdown import stopping
+from crr.schemas.duration import parse_duration
+from crr.view.scheduler_view import SchedulerView
 
 log = logging.getLogger("crr.bridge.slurm")
 

@@ -12,15 +12,15 @@ from typing import Any
 import msgspec
 import yaml
 
-from bus import jetstream
-from bus.catalog_watch import fetch_catalog
-from bus.connection import connect
-from bus.streams import provision
-from projections.exports import export_problems
-from schemas.catalog_loader import elim_mode_notes, load_catalog
-from schemas.codec import encode
-from schemas.errors import CrrError, StreamConfigError
-from schemas.subjects import (
+from crr.bus import jetstream
+from crr.bus.catalog_watch import fetch_catalog
+from crr.bus.connection import connect
+from crr.bus.streams import provision
+from crr.projections.exports import export_problems
+from crr.schemas.catalog_loader import elim_mode_notes, load_catalog
+from crr.schemas.codec import encode
+from crr.schemas.errors import CrrError, StreamConfigError
+from crr.schemas.subjects import (
     CATALOG,
     MSG_ID_HEADER,
     catalog_msg_id,

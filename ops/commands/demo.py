@@ -24,26 +24,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from bus import jetstream
-from bus.connection import Connection, connect
-from bus.outbox import Outbox
-from bus.server import NatsServer
-from bus.streams import provision
-from ops.nats_auth import secure_demo_setup
-from ops.services.host_status import host_status
-from ops.services.projector import Projector
-from ops.services.snapshot_reader import SnapshotContents, read_snapshot
-from ops.shutdown import stop_on_signals
-from ops.table import legend, render_hosts, reporter_problems
-from producers.agent import Agent
-from producers.external import CentralRunner, ExternalReporter
-from producers.simulator import publish_round, simulated_hosts
-from schemas.catalog import Catalog
-from schemas.catalog_loader import load_catalog
-from schemas.codec import encode
-from schemas.errors import CrrError
-from schemas.subjects import CATALOG
-from schemas.wire_time import format_time
+from crr.admin.host_status import host_status
+from crr.admin.nats_auth import secure_demo_setup
+from crr.bus import jetstream
+from crr.bus.connection import Connection, connect
+from crr.bus.outbox import Outbox
+from crr.bus.server import NatsServer
+from crr.bus.streams import provision
+from crr.host_listing import legend, render_hosts, reporter_problems
+from crr.producers.agent import Agent
+from crr.producers.external import CentralRunner, ExternalReporter
+from crr.producers.simulator import publish_round, simulated_hosts
+from crr.projector.service import Projector
+from crr.runtime.shutdown import stop_on_signals
+from crr.schemas.catalog import Catalog
+from crr.schemas.catalog_loader import load_catalog
+from crr.schemas.codec import encode
+from crr.schemas.errors import CrrError
+from crr.schemas.subjects import CATALOG
+from crr.schemas.wire_time import format_time
+from crr.view.snapshot_reader import SnapshotContents, read_snapshot
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

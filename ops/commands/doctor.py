@@ -1,6 +1,6 @@
 """`crr doctor`: what this installation runs on — nats-py and its fast paths, the server.
 
-The fast paths are crr's reach into nats-py's internals (`bus.natspy`); each one that is
+The fast paths are crr's reach into nats-py's internals (`crr.bus.natspy`); each one that is
 off (another nats-py, `CRR_NATS_FAST=0`) runs on nats-py's public path, slower but the
 same.  This says which are on, and why not where not, for the connection it opens.
 """
@@ -11,12 +11,12 @@ import argparse
 import json
 from typing import Any
 
-from bus import jetstream, natspy
-from bus.connection import connect, display_url
-from bus.natspy import parser
-from bus.natspy.framing import Framer
-from schemas.errors import BusError
-from schemas.subjects import EVENTS_STREAM, SNAPSHOT_STREAM
+from crr.bus import jetstream, natspy
+from crr.bus.connection import connect, display_url
+from crr.bus.natspy import parser
+from crr.bus.natspy.framing import Framer
+from crr.schemas.errors import BusError
+from crr.schemas.subjects import EVENTS_STREAM, SNAPSHOT_STREAM
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -1,4 +1,4 @@
-"""`crr events export`: CRR_EVENTS history as JSON lines (format: `ops.services.replay`)."""
+"""`crr events export`: CRR_EVENTS history as JSON lines (format: `crr.history.replay`)."""
 
 from __future__ import annotations
 
@@ -9,20 +9,20 @@ import time
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from bus.connection import connect
-from bus.ordered import StoredMessage
-from ops.progress import Progress
-from ops.services.replay import (
+from crr.bus.connection import connect
+from crr.bus.jetstream import stream_range
+from crr.bus.ordered import StoredMessage
+from crr.history.replay import (
     When,
     export_line,
     host_filter,
     parse_when,
     read_stream,
-    stream_range,
 )
-from schemas.errors import CrrError
-from schemas.subjects import EVERYTHING
-from schemas.wire_time import format_time
+from crr.progress import Progress
+from crr.schemas.errors import CrrError
+from crr.schemas.subjects import EVERYTHING
+from crr.schemas.wire_time import format_time
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

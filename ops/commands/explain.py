@@ -8,10 +8,10 @@ from typing import Any
 
 import msgspec
 
-from bus.connection import connect
-from ops.services.liveness import warn_unless_live
-from ops.services.view import loaded_view
-from schemas.errors import CrrError
+from crr.admin.liveness import warn_unless_live
+from crr.bus.connection import connect
+from crr.schemas.errors import CrrError
+from crr.view.scheduler_view import loaded_view
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

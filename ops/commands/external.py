@@ -6,7 +6,7 @@ values on the reporter's cluster subjects, with the reporter's own
 credentials (`--creds`, from `crr nats-config`).  The reporter comes from
 `--catalog FILE` or, by default, from the active catalog, whose changes are
 followed without a restart.  Each report it publishes gets a line on stdout with
-the projector's verdict (`ops.services.external_reporter.CycleLog`), and each
+the projector's verdict (`crr.sdk.external_reporter.CycleLog`), and each
 health change one; `--quiet` leaves only warnings and errors (stderr).
 """
 
@@ -19,12 +19,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from bus.catalog_watch import follow_catalog
-from ops import shutdown
-from ops.services.external_reporter import CycleLog, ExternalReporter
-from producers.external import CentralRunner
-from schemas.catalog_loader import load_catalog
-from schemas.errors import CrrError
+from crr.bus.catalog_watch import follow_catalog
+from crr.producers.external import CentralRunner
+from crr.runtime import shutdown
+from crr.schemas.catalog_loader import load_catalog
+from crr.schemas.errors import CrrError
+from crr.sdk.external_reporter import CycleLog, ExternalReporter
 
 log = logging.getLogger("crr.external")
 

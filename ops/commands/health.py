@@ -3,7 +3,7 @@
 Usable from monitoring (Nagios-style checks, cron): the exit status says
 whether any reporter is failing (failed, timeout, bad_output, crashed,
 quarantined, silent, rejecting, or missing declared resources) or the
-projector is silent or absent (`projections.freshness`: then nobody marks
+projector is silent or absent (`crr.projections.freshness`: then nobody marks
 reporters silent either); the output says which, failing rows first (in red
 on a terminal), and ends with the projector's liveness (on stderr with
 `--json`, whose stdout stays the array of rows).
@@ -20,14 +20,14 @@ from typing import Any
 
 import msgspec
 
-from bus.connection import connect
-from bus.errors import describe, nats_errors
-from ops.services.deadletters import count_deadletters, read_deadletters
-from ops.services.liveness import liveness_now, warn_unless_live
-from ops.services.reporter_health import ReporterHealth, reporter_rows, with_deadletters
-from ops.services.snapshot_reader import read_snapshot
-from schemas.duration import parse_duration
-from schemas.errors import BusError
+from crr.admin.liveness import liveness_now, warn_unless_live
+from crr.admin.reporter_health import ReporterHealth, reporter_rows, with_deadletters
+from crr.bus.connection import connect
+from crr.bus.errors import describe, nats_errors
+from crr.projector.deadletters import count_deadletters, read_deadletters
+from crr.schemas.duration import parse_duration
+from crr.schemas.errors import BusError
+from crr.view.snapshot_reader import read_snapshot
 
 log = logging.getLogger("crr.health")
 

@@ -4,13 +4,13 @@ Laid out as an LSF admin expects: `-R` filters like `lsload -R` (a select
 expression or a whole requirement string), `-l` is the vertical per-host
 view of `lsload -l` / `bhosts -l`, `-w` does not cut long values.
 
-Values past their `expires_at` show as stale (`projections.freshness`),
+Values past their `expires_at` show as stale (`crr.projections.freshness`),
 whether or not the projector wrote them so; a line says how alive the
 projector is (with `--json`, whose stdout stays a HostSnapshot array, a
 warning on stderr when it is not live).
 
 `crr hosts forget HOST…` (admin role): forget decommissioned hosts
-(`ops.services.forget`): their snapshot records go, their stored events are purged,
+(`crr.admin.forget`): their snapshot records go, their stored events are purged,
 and the projector drops them; exit 1 for a host crr knows nothing of.
 `crr hosts forget HOST… --reporter R` forgets only R's row (values, inventory) on them.
 """
@@ -24,15 +24,15 @@ from typing import Any
 
 import msgspec
 
-from bus.connection import connect
-from ops.services.liveness import liveness_now, warn_unless_live
-from ops.services.snapshot_reader import SnapshotContents, read_snapshot
-from ops.table import legend, render_host_long, render_hosts
-from projections.freshness import cluster_at, host_at
-from projections.host_table import HostTable
-from projections.select import compile_select
-from schemas.errors import CrrError
-from schemas.snapshot import HostSnapshot
+from crr.admin.liveness import liveness_now, warn_unless_live
+from crr.bus.connection import connect
+from crr.host_listing import legend, render_host_long, render_hosts
+from crr.projections.freshness import cluster_at, host_at
+from crr.projections.host_table import HostTable
+from crr.projections.select import compile_select
+from crr.schemas.errors import CrrError
+from crr.schemas.snapshot import HostSnapshot
+from crr.view.snapshot_reader import SnapshotContents, read_snapshot
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -131,7 +131,7 @@ async def run(args: argparse.Namespace) -> int:
 
 async def _forget(args: argparse.Namespace, hosts: list[str]) -> int:
     """`crr hosts forget HOST…`: one line per host saying what was removed."""
-    from ops.services.forget import (  # noqa: PLC0415 - only this sub-command needs it
+    from crr.admin.forget import (  # noqa: PLC0415 - only this sub-command needs it
         check,
         forget_host,
         forget_reporter,

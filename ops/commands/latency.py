@@ -1,6 +1,6 @@
 """`crr latency`: per reporter p50/p95/p99 of observed → stored → snapshot, as a table.
 
-The table is rendered here; the figures come from `ops.services.latency`.
+The table is rendered here; the figures come from `crr.history.latency`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 
 import msgspec
 
-from bus.connection import connect
-from ops.services.latency import ReporterLatency, measure
-from schemas.duration import parse_duration
+from crr.bus.connection import connect
+from crr.history.latency import ReporterLatency, measure
+from crr.schemas.duration import parse_duration
 
 
 def _ms(v: float | None) -> str:

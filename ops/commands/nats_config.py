@@ -1,4 +1,5 @@
-"""`crr nats-config`: NATS server authorization and per-identity credentials (see ops.nats_auth).
+"""`crr nats-config`: NATS server authorization and per-identity credentials (see
+crr.admin.nats_auth).
 
     crr nats-config --catalog resources.yaml --hosts-file hosts.txt --out /etc/crr/nats
     crr nats-config --host node1 --host node2 --out DIR          # the active catalog
@@ -16,12 +17,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from bus.catalog_watch import fetch_catalog
-from bus.connection import connect
-from ops.nats_auth import DEFAULT_BCRYPT_COST, generate
-from schemas.catalog import Catalog
-from schemas.catalog_loader import load_catalog
-from schemas.errors import CrrError
+from crr.admin.nats_auth import DEFAULT_BCRYPT_COST, generate
+from crr.bus.catalog_watch import fetch_catalog
+from crr.bus.connection import connect
+from crr.schemas.catalog import Catalog
+from crr.schemas.catalog_loader import load_catalog
+from crr.schemas.errors import CrrError
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

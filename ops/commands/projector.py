@@ -9,16 +9,16 @@ import os
 import secrets
 from typing import Any
 
-from bus.connection import connect, display_url
-from bus.errors import nats_errors
-from bus.retry import START
-from bus.streams import StreamSettings, provision
-from ops.progress import show_rebuild
-from ops.services.lease import DEFAULT_TTL, Lease, check_server_version
-from ops.services.projector import Projector
-from ops.shutdown import STOP_EPILOG, stopping
-from schemas.duration import parse_duration
-from schemas.errors import CrrError
+from crr.bus.connection import connect, display_url
+from crr.bus.errors import nats_errors
+from crr.bus.retry import START
+from crr.bus.streams import StreamSettings, provision
+from crr.progress import show_rebuild
+from crr.projector.lease import DEFAULT_TTL, Lease, check_server_version
+from crr.projector.service import Projector
+from crr.runtime.shutdown import STOP_EPILOG, stopping
+from crr.schemas.duration import parse_duration
+from crr.schemas.errors import CrrError
 
 log = logging.getLogger("crr.projector")
 

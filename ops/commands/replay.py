@@ -7,8 +7,8 @@
     crr replay --verify                                         replay == live CRR_SNAPSHOT?
 
 Events come from CRR_EVENTS or from a `crr events export` file (`--file`).
-The fold is `projections.fold` (the projector's own code), driven by
-`projections.history.Replay`; stale flags are those of `expire(T)`.
+The fold is `crr.projections.fold` (the projector's own code), driven by
+`crr.projections.history.Replay`; stale flags are those of `expire(T)`.
 
 `--verify` replays exactly the input the running projector folded: the last
 event per subject up to its start sequence, then every event up to its
@@ -17,8 +17,8 @@ tick — and compares each record byte for byte.  (A projector restored from
 CRR_SNAPSHOT carries its predecessor's start sequence: its state is the fold
 of that same input.)  With partitions it does that
 for each partition (`crr.v1.snapshot.projector.<k>`), replaying only the
-events it folds (`bus.streams.owns`) and comparing only the records it
-writes (`bus.streams.owner`).  Caveats (printed with any
+events it folds (`crr.bus.streams.owns`) and comparing only the records it
+writes (`crr.bus.streams.owner`).  Caveats (printed with any
 difference): an event delivered to the projector after it already expired
 past that event's server time (a reporter exactly at its deadline, or a clock
 skew between projector and server) can make the live record differ; records
@@ -35,8 +35,8 @@ from typing import Any
 
 import msgspec
 
-from bus.connection import Connection, connect
-from ops.services.replay import (
+from crr.bus.connection import Connection, connect
+from crr.history.replay import (
     SourceReport,
     When,
     check_cuts,
@@ -44,15 +44,15 @@ from ops.services.replay import (
     read_consistent_cut,
     run_replay,
 )
-from ops.table import LEGEND, render_hosts
-from projections.history import Capture, Cut, Replay, diff, json_differences
-from projections.host_table import HostTable
-from projections.select import compile_select, explain
-from schemas.codec import encode
-from schemas.errors import CrrError
-from schemas.snapshot import HostSnapshot, ProjectorStatus
-from schemas.subjects import SNAPSHOT_CLUSTER, owner, owns
-from schemas.wire_time import format_time, parse_time
+from crr.host_listing import LEGEND, render_hosts
+from crr.projections.history import Capture, Cut, Replay, diff, json_differences
+from crr.projections.host_table import HostTable
+from crr.projections.select import compile_select, explain
+from crr.schemas.codec import encode
+from crr.schemas.errors import CrrError
+from crr.schemas.snapshot import HostSnapshot, ProjectorStatus
+from crr.schemas.subjects import SNAPSHOT_CLUSTER, owner, owns
+from crr.schemas.wire_time import format_time, parse_time
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

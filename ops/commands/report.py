@@ -2,10 +2,10 @@
 
 By default it then waits (`--timeout`) for the projector to handle it and
 says what became of it — applied, rejected (why), dead-lettered (why) — with
-exit status 0 only when every value was applied (`ops.services.report_outcome`).
+exit status 0 only when every value was applied (`crr.sdk.report_outcome`).
 `--no-wait` only publishes and waits for the stream's acknowledgement.
 A reporter the active catalog does not declare is refused before anything is
-published (`bus.catalog_watch.check_declared`): all its values would be rejected.
+published (`crr.bus.catalog_watch.check_declared`): all its values would be rejected.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ import sys
 import time
 from typing import Any
 
-from bus import jetstream
-from bus.catalog_watch import check_declared
-from bus.connection import connect
-from ops.services.report_outcome import outcome
-from schemas.codec import event_message
-from schemas.duration import parse_duration
-from schemas.errors import PayloadError
-from schemas.events import Report, check_finite
-from schemas.wire_time import format_time
+from crr.bus import jetstream
+from crr.bus.catalog_watch import check_declared
+from crr.bus.connection import connect
+from crr.schemas.codec import event_message
+from crr.schemas.duration import parse_duration
+from crr.schemas.errors import PayloadError
+from crr.schemas.events import Report, check_finite
+from crr.schemas.wire_time import format_time
+from crr.sdk.report_outcome import outcome
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -7,9 +7,9 @@ import json
 import sys
 from typing import Any
 
-from bus.connection import connect
-from ops.services.liveness import warn_unless_live
-from ops.services.view import loaded_view
+from crr.admin.liveness import warn_unless_live
+from crr.bus.connection import connect
+from crr.view.scheduler_view import loaded_view
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

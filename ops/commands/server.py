@@ -8,8 +8,8 @@ import shutil
 import tempfile
 from typing import Any
 
-from bus.server import NatsServer
-from ops.shutdown import stop_on_signals
+from crr.bus.server import NatsServer
+from crr.runtime.shutdown import stop_on_signals
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ scheduler's placement loop would, and reports decisions/s and the
 distribution of candidate counts.  The view keeps applying snapshot changes
 while the jobs run (the loop yields to it after every decision).
 
-`crr sim reporters` is `ops.commands.sim_reporters` (its
+`crr sim reporters` is `crr.commands.sim_reporters` (its
 `add_arguments(parser)` and `async run_reporters(args) -> int`).
 """
 
@@ -22,14 +22,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bus.connection import connect
-from ops.commands import sim_reporters
-from ops.services.view import SchedulerView, loaded_view
-from projections.host_table import HostTable
-from projections.percentile import percentiles
-from projections.record.codes import FRESH
-from schemas.catalog import Catalog
-from schemas.errors import CrrError, ExpressionError
+from crr.bus.connection import connect
+from crr.commands import sim_reporters
+from crr.projections.host_table import HostTable
+from crr.projections.percentile import percentiles
+from crr.projections.record.codes import FRESH
+from crr.schemas.catalog import Catalog
+from crr.schemas.errors import CrrError, ExpressionError
+from crr.view.scheduler_view import SchedulerView, loaded_view
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -3,14 +3,14 @@
     crr sim reporters --hosts 50000 --resources 20 --interval 10 --seed 1 \
         --apply-catalog --duration 300 --faults silent=0.001,invalid=0.0005,failing=0.0005
 
-One process, many hosts (`producers.simulator.Fleet`): each host has its own
+One process, many hosts (`crr.producers.simulator.Fleet`): each host has its own
 subjects, `boot` and `seq` and publishes what a real agent would, spread
 evenly over the interval (offered rate = hosts × reporters / interval).
-Publishing goes through `bus.pipeline_publish.PipelinePublisher`: acked, but
+Publishing goes through `crr.bus.pipeline_publish.PipelinePublisher`: acked, but
 pipelined, because the per-message `Outbox` tops out well below 20k/s.
 
 The catalog: `--apply-catalog` publishes a generated one with `--resources`
-resources (`producers.simulator.sim_catalog`); without it the active
+resources (`crr.producers.simulator.sim_catalog`); without it the active
 catalog (`crr.v1.snapshot.catalog`) is used and `--resources` is ignored.
 Progress and the achieved rate go to stderr: redrawn in place on a
 terminal, one line every 10 s otherwise.  The summary goes to stdout
@@ -28,17 +28,17 @@ import secrets
 import sys
 import time
 
-from bus import jetstream
-from bus.catalog_watch import fetch_catalog
-from bus.connection import Connection, connect
-from bus.pipeline_publish import PipelinePublisher
-from bus.streams import provision
-from ops.shutdown import stop_on_signals
-from producers.simulator import Faults, Fleet, RunStats, run_fleet, sim_catalog
-from schemas.catalog import Catalog
-from schemas.codec import encode
-from schemas.errors import CrrError
-from schemas.subjects import (
+from crr.bus import jetstream
+from crr.bus.catalog_watch import fetch_catalog
+from crr.bus.connection import Connection, connect
+from crr.bus.pipeline_publish import PipelinePublisher
+from crr.bus.streams import provision
+from crr.producers.simulator import Faults, Fleet, RunStats, run_fleet, sim_catalog
+from crr.runtime.shutdown import stop_on_signals
+from crr.schemas.catalog import Catalog
+from crr.schemas.codec import encode
+from crr.schemas.errors import CrrError
+from crr.schemas.subjects import (
     CATALOG,
     MSG_ID_HEADER,
     catalog_msg_id,

@@ -7,13 +7,13 @@ scheduler view's cached copy of CRR_SNAPSHOT; nothing here calls a reporter
 or the projector.
 
 Errors are RFC 9457 problem details (`application/problem+json`,
-`ops.rest.problems`): a bad `select[]` expression is a 400 whose `detail`
+`crr.rest.problems`): a bad `select[]` expression is a 400 whose `detail`
 carries the caret message and `column` the 0-based offset; before the view's
 initial load every data endpoint answers 503 (never an empty, "absent" answer).
 
 The handlers are plain methods of `Api`, which holds the app's dependencies
 (the view, the liveness threshold, the caches); `routes` says which URL each
-one serves, and `create_app` wires them (`ops.rest.server` serves the app).
+one serves, and `create_app` wires them (`crr.rest.server` serves the app).
 
 `/v1/events` is a server-sent event stream fed by `SchedulerView.subscribe`:
 one `host` / `cluster` / `catalog` / `projector` event per changed record
@@ -24,7 +24,7 @@ carries the status record that changed: with partitioned projectors there is
 one per partition (its `partition`/`partitions` say which), and a left-over
 record of an earlier layout sends none.
 
-One truth at `now` (`projections.freshness`): every host and cluster record
+One truth at `now` (`crr.projections.freshness`): every host and cluster record
 served — `/v1/hosts`, `/v1/hosts/{host}`, `/v1/cluster`, the `host` and
 `cluster` events — shows a value past its `expires_at` as stale, whether or
 not the projector has written it so.  Every response carries the
@@ -55,26 +55,26 @@ from litestar.response import File, ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 from litestar.static_files import create_static_files_router
 
-from ops.rest import api_docs, page_api
-from ops.rest.page_api import PageApi
-from ops.rest.problems import EXCEPTION_HANDLERS
-from ops.services.liveness import silent_after as configured_silent_after
-from ops.services.metrics import ViewMetrics
-from ops.services.reporter_health import ReporterHealth, reporter_rows
-from ops.services.view import SchedulerView
-from projections.freshness import (
+from crr.admin.liveness import silent_after as configured_silent_after
+from crr.admin.reporter_health import ReporterHealth, reporter_rows
+from crr.projections.freshness import (
     ProjectorLiveness,
     cluster_at,
     earliest_expiry,
     host_at,
     projector_liveness,
 )
-from projections.select import Explanation, Section
-from schemas.catalog import ResourceSpec
-from schemas.errors import NotReadyError, SubjectError
-from schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus, ValueState
-from schemas.subjects import snapshot_host, snapshot_kind, status_partition
-from schemas.wire_time import format_time
+from crr.projections.select import Explanation, Section
+from crr.projector.metrics import ViewMetrics
+from crr.rest import api_docs, page_api
+from crr.rest.page_api import PageApi
+from crr.rest.problems import EXCEPTION_HANDLERS
+from crr.schemas.catalog import ResourceSpec
+from crr.schemas.errors import NotReadyError, SubjectError
+from crr.schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus, ValueState
+from crr.schemas.subjects import snapshot_host, snapshot_kind, status_partition
+from crr.schemas.wire_time import format_time
+from crr.view.scheduler_view import SchedulerView
 
 STATIC_DIR: Final = Path(__file__).resolve().parent / "static"
 HEARTBEAT: Final = 15.0
@@ -474,7 +474,7 @@ def create_app(view: SchedulerView, *, debug: bool = False, silent_after: float 
         exception_handlers=EXCEPTION_HANDLERS,
         after_request=api.liveness_headers,
         debug=debug,
-        # Logging stays crr's (`ops.cli`'s one format): Litestar's default config replaces
+        # Logging stays crr's (`crr.cli`'s one format): Litestar's default config replaces
         # the root logger's handlers with a queue and a listener thread of its own, which
         # reformats every crr line of `crr api` and, in a test process, keeps writing to a
         # stream that pytest has closed.

@@ -4,8 +4,8 @@ No IO and no clock (`now` is an argument): the REST layer (`ops/rest/page_api.py
 passes the scheduler view's table.  A page is found on the table's arrays
 in host-name order (name pattern and `select[]` masks, value sorts with
 numpy); a host's record is read only when it is on the page or a STATUS or
-reporter filter needs it.  Each host's STATUS (`ops.services.host_status`, on the record as it is at
-`now` via `projections.freshness`), its value counts by state and its reporters'
+reporter filter needs it.  Each host's STATUS (`crr.admin.host_status`, on the record as it is at
+`now` via `crr.projections.freshness`), its value counts by state and its reporters'
 states are cached per record until its next `expires_at`, so only records
 that changed or expired since are looked at again.
 """
@@ -21,13 +21,13 @@ from typing import Final
 import msgspec
 import numpy as np
 
-from ops.services.host_status import HostStatus, host_status
-from ops.services.reporter_health import FAILING_STATES
-from projections.freshness import ProjectorLiveness, earliest_expiry, host_at
-from projections.host_table import BoolArray, HostTable, IntArray
-from projections.select import Section
-from schemas.errors import CrrError
-from schemas.snapshot import HostSnapshot
+from crr.admin.host_status import HostStatus, host_status
+from crr.admin.reporter_health import FAILING_STATES
+from crr.projections.freshness import ProjectorLiveness, earliest_expiry, host_at
+from crr.projections.host_table import BoolArray, HostTable, IntArray
+from crr.projections.select import Section
+from crr.schemas.errors import CrrError
+from crr.schemas.snapshot import HostSnapshot
 
 STATUS_ORDER: Final[dict[str, int]] = {"failing": 0, "stale": 1, "unknown": 2, "ok": 3,
                                        "empty": 4}
@@ -172,7 +172,7 @@ def query(table: HostTable, facts: HostFacts, now: float, *,
 
     Works in host-name order on the table's arrays; a host's record is looked at only
     when a filter or the sort needs its STATUS or reporters, or when it is on the page.
-    `selected`: a per-row mask (`projections.select.columnar.truth`)."""
+    `selected`: a per-row mask (`crr.projections.select.columnar.truth`)."""
     column, desc = check_sort(sort, resources)
     names = table.sorted_names()
     keep = np.ones(len(names), dtype=np.bool_)

@@ -9,7 +9,7 @@
   state, projector liveness and lag.
 - `GET /v1/hosts/{host}/timeline?window=1h`: each value and reporter state
   of a host over the window, replayed from CRR_EVENTS with `crr replay`'s
-  fold (`ops/services/host_timeline.py`); a window beyond the stream's retention is
+  fold (`ops/history/host_timeline.py`); a window beyond the stream's retention is
   a 400.
 - `GET /v1/explain?expr=…&host=…`: `crr explain`, as data and as its text.
 - `GET /v1/latency?since=15m`: `crr latency`'s figures per reporter and the
@@ -33,20 +33,20 @@ from litestar.exceptions import NotFoundException
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import PathParameter, QueryParameter
 
-from ops.rest.host_query import MAX_LIMIT, HostFacts, HostPage, Summary, query
-from ops.rest.host_query import summarize as count_hosts
-from ops.services.host_timeline import read_timeline, retention
-from ops.services.latency import ReporterLatency, SlowReport, collect, slowest, summarize
-from ops.services.liveness import silent_after
-from ops.services.reporter_health import FAILING_STATES
-from ops.services.view import SchedulerView
-from projections.freshness import ProjectorLiveness, projector_liveness
-from projections.select import Explanation
-from projections.select.columnar import truth
-from projections.timeline import HostTimeline
-from schemas.duration import parse_duration
-from schemas.errors import CrrError, NotReadyError
-from schemas.snapshot import ReporterState
+from crr.admin.liveness import silent_after
+from crr.admin.reporter_health import FAILING_STATES
+from crr.history.host_timeline import read_timeline, retention
+from crr.history.latency import ReporterLatency, SlowReport, collect, slowest, summarize
+from crr.projections.freshness import ProjectorLiveness, projector_liveness
+from crr.projections.select import Explanation
+from crr.projections.select.columnar import truth
+from crr.projections.timeline import HostTimeline
+from crr.rest.host_query import MAX_LIMIT, HostFacts, HostPage, Summary, query
+from crr.rest.host_query import summarize as count_hosts
+from crr.schemas.duration import parse_duration
+from crr.schemas.errors import CrrError, NotReadyError
+from crr.schemas.snapshot import ReporterState
+from crr.view.scheduler_view import SchedulerView
 
 TRACE_URL_ENV: Final = "CRR_TRACE_URL"
 LATENCY_TTL: Final = 2.0
@@ -95,7 +95,7 @@ class PageApi:
     def __init__(self, view: SchedulerView,
                  live: Callable[[float], ProjectorLiveness] | None = None) -> None:
         """`live(now)`: the projector's liveness at `now` (default:
-        `projections.freshness.projector_liveness` of the view's status records)."""
+        `crr.projections.freshness.projector_liveness` of the view's status records)."""
         self.view = view
         threshold = silent_after()
         self.live = live or (lambda now: projector_liveness(view.projectors, now, threshold))
@@ -232,7 +232,7 @@ class PageApi:
 
 
 def routes(page: PageApi) -> list[HTTPRouteHandler]:
-    """The page's routes (added to `ops.rest.app`'s): URL and OpenAPI facts, and the
+    """The page's routes (added to `crr.rest.app`'s): URL and OpenAPI facts, and the
     `page` method serving each."""
     return [
         get("/v1/host-table", tags=["hosts"],

@@ -17,7 +17,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.types import ExceptionHandlersMap
 
-from schemas.errors import CrrError, ExpressionError, NotReadyError
+from crr.schemas.errors import CrrError, ExpressionError, NotReadyError
 
 log = logging.getLogger("crr.api")
 

@@ -1,5 +1,5 @@
 """Serving the REST app (`crr api`): the listening socket, and uvicorn run until a stop event
-(event streams closed first, the whole stop within `ops.shutdown.STOP_WITHIN`)."""
+(event streams closed first, the whole stop within `crr.runtime.shutdown.STOP_WITHIN`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import uvicorn
 from litestar import Litestar
 
-from ops.rest.app import Api
-from schemas.errors import CrrError
+from crr.rest.app import Api
+from crr.schemas.errors import CrrError
 
 
 def bind(listen: str) -> socket.socket:
@@ -36,7 +36,7 @@ def bind(listen: str) -> socket.socket:
 
 class _Server(uvicorn.Server):
     """uvicorn without signal handlers of its own: they would replace `crr api`'s (from
-    `ops.shutdown.stopping`) while it serves, and re-raise the signal only after its own
+    `crr.runtime.shutdown.stopping`) while it serves, and re-raise the signal only after its own
     graceful shutdown; the stop event decides (`serve`)."""
 
     @contextlib.contextmanager
@@ -48,7 +48,7 @@ async def serve(app: Litestar, api: Api, sock: socket.socket, stop: asyncio.Even
     """Serve `app` on `sock` until `stop` is set, then close event streams and shut down.
 
     Requests still running get a second (event streams end at once): the
-    whole stop fits in `ops.shutdown.STOP_WITHIN`."""
+    whole stop fits in `crr.runtime.shutdown.STOP_WITHIN`."""
     config = uvicorn.Config(app, log_level="warning", lifespan="on",
                             timeout_graceful_shutdown=1)
     server = _Server(config)

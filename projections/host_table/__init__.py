@@ -11,11 +11,11 @@
   catalog.
 
 The host record itself — its representations, writers and readers, and the state codes
-the columns hold — lives in `projections.record`.
+the columns hold — lives in `crr.projections.record`.
 """
 
-from projections.host_table.column import BoolArray, ClusterValue, Column, FloatArray, IntArray
-from projections.host_table.table import LOAD_CHUNK, HostTable
+from crr.projections.host_table.column import BoolArray, ClusterValue, Column, FloatArray, IntArray
+from crr.projections.host_table.table import LOAD_CHUNK, HostTable
 
 __all__ = ["LOAD_CHUNK", "BoolArray", "ClusterValue", "Column", "FloatArray", "HostTable",
            "IntArray"]

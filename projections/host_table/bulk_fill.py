@@ -20,16 +20,16 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from projections.host_table.bulk_values import entry_expiries
-from projections.host_table.cells import Quad, fill_present, fill_quads
-from projections.host_table.column import BoolArray, Column, FreshStrings, IntArray
-from projections.host_table.record_codec import RecordCodec
-from projections.host_table.rows import Rows
-from projections.host_table.string_pool import StringPool
-from projections.record.body import LeanEntry
-from projections.record.codes import ABSENT, FRESH, LEAN_CODES, Entry
-from projections.record.packing import unpack
-from schemas.snapshot import ValueEntry
+from crr.projections.host_table.bulk_values import entry_expiries
+from crr.projections.host_table.cells import Quad, fill_present, fill_quads
+from crr.projections.host_table.column import BoolArray, Column, FreshStrings, IntArray
+from crr.projections.host_table.record_codec import RecordCodec
+from crr.projections.host_table.rows import Rows
+from crr.projections.host_table.string_pool import StringPool
+from crr.projections.record.body import LeanEntry
+from crr.projections.record.codes import ABSENT, FRESH, LEAN_CODES, Entry
+from crr.projections.record.packing import unpack
+from crr.schemas.snapshot import ValueEntry
 
 _STATE: Final = operator.attrgetter("state")
 _TWIN: Final = operator.attrgetter("expires_ts")

@@ -3,7 +3,7 @@
 The bulk paths of the host table (a load, a chunk of records, the staged
 rows) fill a column from a list of raw values; these turn such a list into
 arrays with a few C-level passes, giving value for value what the one-value
-rules give (`normalize`, `projections.record.codes.entry_expiry`).
+rules give (`normalize`, `crr.projections.record.codes.entry_expiry`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any, Final
 
 import numpy as np
 
-from projections.host_table.column import FloatArray
-from projections.record.body import LeanEntry
-from projections.validation import normalize
-from schemas.wire_time import expires_many
+from crr.projections.host_table.column import FloatArray
+from crr.projections.record.body import LeanEntry
+from crr.projections.validation import normalize
+from crr.schemas.wire_time import expires_many
 
 MAX_KNOWN_SETS: Final = 4096
 """Distinct string sets a string-set column remembers for the next bulk fill (see

@@ -1,7 +1,7 @@
 """Writing into a column's cells: one cell, or many rows at once with numpy.
 
 `put_cell` writes one row's (state code, expiry, normalized value) — what
-`projections.record.codes.entry_code` says of an entry — and keeps the
+`crr.projections.record.codes.entry_code` says of an entry — and keeps the
 derived arrays (`fresh`, `stale_flag`, the boolean and member columns,
 `min_expiry`) in step.  The bulk writes (`fill_quads`, `fill_cells`,
 `fill_present`, `clear_cells`) give, for many rows at once, the cells
@@ -19,10 +19,10 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from projections.host_table.bulk_values import expiries, numbers, string_sets
-from projections.host_table.column import BoolArray, Column, FloatArray, FreshStrings, IntArray
-from projections.host_table.string_pool import StringPool
-from projections.record.codes import ABSENT, FRESH, NULL, STALE, STATE_CODES
+from crr.projections.host_table.bulk_values import expiries, numbers, string_sets
+from crr.projections.host_table.column import BoolArray, Column, FloatArray, FreshStrings, IntArray
+from crr.projections.host_table.string_pool import StringPool
+from crr.projections.record.codes import ABSENT, FRESH, NULL, STALE, STATE_CODES
 
 Quad = tuple[str, float | None, str, Any]
 """One entry as a bulk fill reads it: (state, expires_ts, expires_at, value)."""

@@ -2,7 +2,7 @@
 
 A `Column` (one per host-scope resource of the catalog, one *row* per host):
 
-- `state` (int8 state codes, `projections.record.codes`: `ABSENT` never
+- `state` (int8 state codes, `crr.projections.record.codes`: `ABSENT` never
   reported, `FRESH`, `STALE`, `NULL` — the reporter said null or the value is
   not of the resource's kind), `expires` (float64 epoch seconds; `+inf` for
   absent rows) and `values`: float64 for numeric, bool for boolean, int32
@@ -20,7 +20,7 @@ A `Column` (one per host-scope resource of the catalog, one *row* per host):
 A `ClusterValue` is a **cluster-scope** resource: a scalar taken from the
 ClusterSnapshot, the same value on every host.
 
-Freshness at evaluation time `now` (`projections.freshness`, the rule every
+Freshness at evaluation time `now` (`crr.projections.freshness`, the rule every
 surface uses; `known`/`stale` are its vectorised form): a value is *stale*
 when the snapshot says so **or** its `expires_at` ≤ `now` (this protects the
 scheduler if the projector dies); otherwise it is *unknown* when it is null
@@ -36,8 +36,8 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from projections.record.codes import FRESH, NULL, STALE
-from schemas.catalog import Kind, ResourceSpec
+from crr.projections.record.codes import FRESH, NULL, STALE
+from crr.schemas.catalog import Kind, ResourceSpec
 
 MAX_MEMBER_COLUMNS: Final = 256
 """Member columns kept per string-set resource (least recently used are dropped)."""

@@ -2,9 +2,9 @@
 
 One `RecordCodec` per catalog (its host resources, sorted: `names`), made
 on first use: the lean decode of a record's body
-(`projections.record.body.lean_decoder`, twins first, else the strings),
+(`crr.projections.record.body.lean_decoder`, twins first, else the strings),
 its entry reader (a record's entries in the order of `names`), and the
-decode of `Crr-Columns` header values (`projections.record.columns`).
+decode of `Crr-Columns` header values (`crr.projections.record.columns`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from projections.record.body import (
+from crr.projections.record.body import (
     ABSENT_ENTRY,
     LeanEntry,
     LeanRecord,
@@ -22,7 +22,7 @@ from projections.record.body import (
     lean_decoder,
     lean_fields,
 )
-from projections.record.columns import columns_decoder
+from crr.projections.record.columns import columns_decoder
 
 
 class RecordCodec:

@@ -3,7 +3,7 @@
 One *row* per host, reused after a host is removed (free rows are handed
 out lowest first); the capacity doubles when no row is free, and every
 column grows with it (`on_grow`).  A row keeps either the snapshot upserted
-or the record's bytes (a *lean* row: `projections.record.packing` says how
+or the record's bytes (a *lean* row: `crr.projections.record.packing` says how
 they are kept); lean rows whose bytes are not packed yet are listed
 (`unpacked`) for the background packing.
 """
@@ -16,9 +16,9 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from projections.host_table.column import IntArray
-from projections.record.packing import is_packed
-from schemas.snapshot import HostSnapshot
+from crr.projections.host_table.column import IntArray
+from crr.projections.record.packing import is_packed
+from crr.schemas.snapshot import HostSnapshot
 
 INITIAL_CAPACITY: Final = 64
 

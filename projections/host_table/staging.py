@@ -20,12 +20,12 @@ from typing import Any, Final
 import msgspec
 import numpy as np
 
-from projections.host_table.cells import fill_present
-from projections.host_table.column import Column, FreshStrings
-from projections.host_table.record_codec import RecordCodec
-from projections.host_table.string_pool import StringPool
-from projections.record.body import LeanEntry
-from projections.record.codes import ABSENT, FRESH, LEAN_CODES, entry_expiry
+from crr.projections.host_table.cells import fill_present
+from crr.projections.host_table.column import Column, FreshStrings
+from crr.projections.host_table.record_codec import RecordCodec
+from crr.projections.host_table.string_pool import StringPool
+from crr.projections.record.body import LeanEntry
+from crr.projections.record.codes import ABSENT, FRESH, LEAN_CODES, entry_expiry
 
 STAGE_LIMIT: Final = 1024
 """Rows staged at most before they are written to the columns without waiting for a read

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from projections.host_table.column import FreshStrings, IntArray
+from crr.projections.host_table.column import FreshStrings, IntArray
 
 
 class StringPool:

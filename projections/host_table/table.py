@@ -38,7 +38,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from projections.host_table.bulk_fill import (
+from crr.projections.host_table.bulk_fill import (
     ENTRY_FIELDS,
     Gathered,
     fill_gathered,
@@ -48,18 +48,18 @@ from projections.host_table.bulk_fill import (
     gather_docs,
     refill_lean,
 )
-from projections.host_table.cells import put_cell
-from projections.host_table.column import ClusterValue, Column, IntArray
-from projections.host_table.record_codec import RecordCodec
-from projections.host_table.rows import Doc, Rows
-from projections.host_table.staging import Staged, write_staged
-from projections.host_table.string_pool import StringPool
-from projections.record.body import LeanRecord
-from projections.record.codes import ABSENT, Entry, entry_code
-from projections.record.packing import unpack
-from schemas.catalog import EMPTY_CATALOG, Catalog, Kind, ResourceSpec
-from schemas.codec import DECODERS
-from schemas.snapshot import ClusterSnapshot, HostSnapshot
+from crr.projections.host_table.cells import put_cell
+from crr.projections.host_table.column import ClusterValue, Column, IntArray
+from crr.projections.host_table.record_codec import RecordCodec
+from crr.projections.host_table.rows import Doc, Rows
+from crr.projections.host_table.staging import Staged, write_staged
+from crr.projections.host_table.string_pool import StringPool
+from crr.projections.record.body import LeanRecord
+from crr.projections.record.codes import ABSENT, Entry, entry_code
+from crr.projections.record.packing import unpack
+from crr.schemas.catalog import EMPTY_CATALOG, Catalog, Kind, ResourceSpec
+from crr.schemas.codec import DECODERS
+from crr.schemas.snapshot import ClusterSnapshot, HostSnapshot
 
 LOAD_CHUNK: Final = 2048
 """Records decoded at a time by `HostTable.load_records` (bounds the load's transient objects)."""
@@ -181,7 +181,7 @@ class HostTable:
         `on_error(index in records, error)`.
 
         `columns`: each record's `Crr-Columns` header value, or None where it
-        has none (`projections.record.columns`).  A run of records that have
+        has none (`crr.projections.record.columns`).  A run of records that have
         one is read from them (~400 bytes to scan instead of ~6 kB), and gives
         the same table; the rest, and a run whose headers do not all decode,
         from the records themselves.
@@ -326,7 +326,7 @@ class HostTable:
         doc = self.stored(host)
         return unpack(doc) if isinstance(doc, bytes) else None
 
-    # -- packing: lean rows' records compressed (`projections.record.packing`) --
+    # -- packing: lean rows' records compressed (`crr.projections.record.packing`) --
 
     def unpacked(self, limit: int) -> list[tuple[int, bytes]]:
         """Up to `limit` lean rows whose record is kept uncompressed: (row, bytes), newest first.

@@ -1,15 +1,15 @@
 """A host record's body: written from the fold's state in pieces, read lean by the columns.
 
 **Written** (`host_record`, `cluster_record`): the projector's hot path, one
-record per report.  The bytes are `schemas.codec.encode` of
-`projections.record.snapshot.host_snapshot`, byte for byte
-(`tests/test_snapshot_encoding.py` checks it), built with less work: the
+record per report.  The bytes are `crr.schemas.codec.encode` of
+`crr.projections.record.snapshot.host_snapshot`, byte for byte
+(`tests/projections/test_snapshot_encoding.py` checks it), built with less work: the
 fresh entries of one batch differ only in their value (and their lifetime),
 so each (batch, lifetime) is encoded once with stand-ins and cut around them
 (`_entry_frame`, `_form`); an entry is then that head + the encoded value +
 that tail.  Stale and unknown entries (rare) are encoded whole.
 
-**Read in full** with `schemas.codec.DECODERS[HostSnapshot]` (the view's
+**Read in full** with `crr.schemas.codec.DECODERS[HostSnapshot]` (the view's
 `get`, REST, `crr hosts`).
 
 **Read lean** (`lean_decoder`): the scheduler view's columns need only each
@@ -35,13 +35,13 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
-from projections.record.snapshot import fmt, record_parts
-from projections.state import Batch, ProjectionState, Record
-from schemas.codec import encode
-from schemas.snapshot import ClusterSnapshot, HostSnapshot, ValueEntry, ValueState
+from crr.projections.record.snapshot import fmt, record_parts
+from crr.projections.state import Batch, ProjectionState, Record
+from crr.schemas.codec import encode
+from crr.schemas.snapshot import ClusterSnapshot, HostSnapshot, ValueEntry, ValueState
 
 encode_sorted: Final = msgspec.json.Encoder(order="sorted").encode
-"""`schemas.codec.encode` without the call through it (the same settings: sorted keys)."""
+"""`crr.schemas.codec.encode` without the call through it (the same settings: sorted keys)."""
 
 # -- written: the spliced encoder ---------------------------------------------
 
@@ -234,7 +234,7 @@ class LeanRecord(Protocol):
 
 def lean_fields(count: int) -> list[Callable[[Any], Any]]:
     """Getters of each resource's entry in a `lean_decoder`'s values (or a
-    `projections.record.columns.columns_decoder`'s `v`), in the order of its names (`count`
+    `crr.projections.record.columns.columns_decoder`'s `v`), in the order of its names (`count`
     of them)."""
     return [operator.attrgetter(f) for f in field_names(count)]
 

@@ -2,7 +2,7 @@
 
 `ABSENT` never reported, `FRESH`, `STALE`, `NULL` (the reporter said null or
 the value is not of the resource's kind): what a column's `state` array
-holds per row (`projections.host_table`), and what `projections.freshness`
+holds per row (`crr.projections.host_table`), and what `crr.projections.freshness`
 turns into a `Freshness` at `now`.  `entry_code` is the rule from a snapshot
 entry (a full `ValueEntry` or its lean decode) to (code, expiry, value).
 """
@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 from typing import Any, Final, Literal
 
-from projections.record.body import LeanEntry
-from projections.validation import normalize
-from schemas.catalog import Kind
-from schemas.snapshot import ValueEntry
-from schemas.wire_time import seconds_of
+from crr.projections.record.body import LeanEntry
+from crr.projections.validation import normalize
+from crr.schemas.catalog import Kind
+from crr.schemas.snapshot import ValueEntry
+from crr.schemas.wire_time import seconds_of
 
 ABSENT: Final = 0
 FRESH: Final = 1

@@ -11,11 +11,11 @@ body does not; the scheduler view decodes ~400 bytes per host instead of
 ~6 kB.
 
 **Written**: `columns_of` is the rule (from a record's entries);
-`host_columns` builds the header of `projections.record.body.host_record`
-(a host's steady state without entry objects; `tests/test_snapshot_encoding.py`
-checks it against `columns_of`); `ops.services.snapshot_writer` sends it.
+`host_columns` builds the header of `crr.projections.record.body.host_record`
+(a host's steady state without entry objects; `tests/projections/test_snapshot_encoding.py`
+checks it against `columns_of`); `crr.projector.snapshot_writer` sends it.
 
-**Read**: `columns_decoder` (`projections.host_table`: `upsert_record`,
+**Read**: `columns_decoder` (`crr.projections.host_table`: `upsert_record`,
 `append_records`).  A record without it (another writer, an older
 projector, a host whose columns would exceed `COLUMNS_MAX`) or with one that
 does not decode is read from its body, as always.
@@ -31,10 +31,10 @@ from typing import Any, Final
 
 import msgspec
 
-from projections.record.body import encode_sorted, field_names
-from projections.record.snapshot import value_entries
-from projections.state import ProjectionState, ReporterRecord
-from schemas.snapshot import ValueEntry, ValueState
+from crr.projections.record.body import encode_sorted, field_names
+from crr.projections.record.snapshot import value_entries
+from crr.projections.state import ProjectionState, ReporterRecord
+from crr.schemas.snapshot import ValueEntry, ValueState
 
 COLUMNS_HEADER: Final = "Crr-Columns"
 """The NATS header of a host record that holds its columns (see the module doc)."""

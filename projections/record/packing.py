@@ -1,6 +1,6 @@
 """A host record's bytes as the host table keeps them: `pack`ed (LZ4) or as received.
 
-The scheduler view keeps every host's record (`projections.host_table`
+The scheduler view keeps every host's record (`crr.projections.host_table`
 lean rows) and packs them in the background (`HostTable.unpacked` /
 `packed`); every read of a kept record goes through `unpack`.
 """

@@ -1,10 +1,10 @@
-"""The host and cluster records as `schemas.snapshot` Structs, built from a fold's state.
+"""The host and cluster records as `crr.schemas.snapshot` Structs, built from a fold's state.
 
 `host_snapshot` / `cluster_snapshot` are the reference writer of the
 `crr.v1.snapshot.host.<host>` and `crr.v1.snapshot.cluster` records (DESIGN
 §4): what the projector writes is their encoding, byte for byte
-(`projections.record.body` builds those bytes with less work).  Readers
-decode them with `schemas.codec.DECODERS`.  A deterministic function of the
+(`crr.projections.record.body` builds those bytes with less work).  Readers
+decode them with `crr.schemas.codec.DECODERS`.  A deterministic function of the
 state: no clock, and dict order never leaks (the codec sorts keys).
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from projections.state import InventorySlot, ProjectionState, Record, ReporterRecord
-from schemas.snapshot import (
+from crr.projections.state import InventorySlot, ProjectionState, Record, ReporterRecord
+from crr.schemas.snapshot import (
     AsOf,
     ClusterSnapshot,
     HostSnapshot,
@@ -22,7 +22,7 @@ from schemas.snapshot import (
     ReporterStatus,
     ValueEntry,
 )
-from schemas.wire_time import format_time
+from crr.schemas.wire_time import format_time
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -120,7 +120,7 @@ def _reporter_status(state: ProjectionState, rs: ReporterRecord, reporter: str,
 
 def record_parts(state: ProjectionState, rec: Record, scope: str, values: Any) -> dict[str, Any]:
     """The fields of a host or cluster record but its host, with `values` as given (the
-    entries, or their encodings: `projections.record.body`)."""
+    entries, or their encodings: `crr.projections.record.body`)."""
     return {
         "as_of": AsOf(seq=rec.as_seq, time=fmt(rec.as_time), ts=rec.as_time),
         "values": values,

@@ -11,10 +11,10 @@ only its select section is evaluated; `compiled.ignored_sections` and
 `compiled.note` name the others (the scheduler's).
 """
 
-from projections.select.compiled import CompiledSelect, compile_select
-from projections.select.explain import Explanation, explain
-from projections.select.requirement import Section
-from schemas.errors import ExpressionError
+from crr.projections.select.compiled import CompiledSelect, compile_select
+from crr.projections.select.explain import Explanation, explain
+from crr.projections.select.requirement import Section
+from crr.schemas.errors import ExpressionError
 
 __all__ = ["CompiledSelect", "Explanation", "ExpressionError", "Section", "compile_select",
            "explain"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from schemas.catalog import Kind
+from crr.schemas.catalog import Kind
 
 CompareOp = Literal["==", "!=", "<", "<=", ">", ">="]
 ArithOp = Literal["+", "-", "*", "/"]

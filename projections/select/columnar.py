@@ -24,8 +24,8 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from projections.host_table import BoolArray, ClusterValue, Column, HostTable
-from projections.select.ast import (
+from crr.projections.host_table import BoolArray, ClusterValue, Column, HostTable
+from crr.projections.select.ast import (
     Arith,
     Bool,
     Call,
@@ -40,7 +40,7 @@ from projections.select.ast import (
     Str,
     refs,
 )
-from schemas.catalog import Kind
+from crr.schemas.catalog import Kind
 
 Mask = BoolArray | bool
 """A per-row bool array, or one bool for every row."""

@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from projections.host_table import HostTable
-from projections.select import columnar, reference
-from projections.select.ast import Node, refs
-from projections.select.parser import parse_requirement
-from projections.select.requirement import Section, note
-from projections.select.typecheck import check
-from schemas.catalog import Catalog, Kind
-from schemas.errors import ExpressionError
+from crr.projections.host_table import HostTable
+from crr.projections.select import columnar, reference
+from crr.projections.select.ast import Node, refs
+from crr.projections.select.parser import parse_requirement
+from crr.projections.select.requirement import Section, note
+from crr.projections.select.typecheck import check
+from crr.schemas.catalog import Catalog, Kind
+from crr.schemas.errors import ExpressionError
 
 MAX_EXPRESSION: Final = 8192
 """Longest expression compiled (characters): a requirement string is a line, not a file."""
@@ -60,7 +60,7 @@ class CompiledSelect:
 def compile_select(expr: str, catalog: Catalog) -> CompiledSelect:
     """Compile `expr` (bare, `select[...]`, or a whole LSF requirement string) against `catalog`.
 
-    Raises `schemas.errors.ExpressionError` with the column of the offending token; also
+    Raises `crr.schemas.errors.ExpressionError` with the column of the offending token; also
     for an expression longer than `MAX_EXPRESSION` or nested too deeply to parse (so
     pasted garbage is a clear error, never a crash).
     """

@@ -13,11 +13,11 @@ from typing import Any, Literal
 
 import msgspec
 
-from projections.host_table import HostTable
-from projections.select.ast import Bool, Call, Node, Num, Ref, Str, children
-from projections.select.compiled import CompiledSelect
-from projections.select.reference import Env, Lookup, evaluate, excluded_by
-from schemas.wire_time import format_time
+from crr.projections.host_table import HostTable
+from crr.projections.select.ast import Bool, Call, Node, Num, Ref, Str, children
+from crr.projections.select.compiled import CompiledSelect
+from crr.projections.select.reference import Env, Lookup, evaluate, excluded_by
+from crr.schemas.wire_time import format_time
 
 Truth = Literal["true", "false", "unknown"]
 

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal, NoReturn
 
-from schemas.errors import ExpressionError
+from crr.schemas.errors import ExpressionError
 
 TokenKind = Literal["num", "str", "ident", "op", "eof"]
 

@@ -17,7 +17,7 @@ import dataclasses
 import re
 from typing import Final, NoReturn
 
-from projections.select.ast import (
+from crr.projections.select.ast import (
     Arith,
     ArithOp,
     Bool,
@@ -35,9 +35,9 @@ from projections.select.ast import (
     Num,
     Str,
 )
-from projections.select.lexer import Token, bare_word_end, fail, next_token
-from projections.select.requirement import Requirement, split
-from schemas.errors import ExpressionError
+from crr.projections.select.lexer import Token, bare_word_end, fail, next_token
+from crr.projections.select.requirement import Requirement, split
+from crr.schemas.errors import ExpressionError
 
 _OR: Final = 10
 _AND: Final = 20

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from projections.freshness import freshness_at
-from projections.host_table import HostTable
-from projections.record.codes import Freshness, entry_code
-from projections.select.ast import (
+from crr.projections.freshness import freshness_at
+from crr.projections.host_table import HostTable
+from crr.projections.record.codes import Freshness, entry_code
+from crr.projections.select.ast import (
     Arith,
     Bool,
     Call,
@@ -33,8 +33,8 @@ from projections.select.ast import (
     Str,
     refs,
 )
-from schemas.catalog import Kind, OnStale, Scope
-from schemas.snapshot import ClusterSnapshot, HostSnapshot, ValueEntry
+from crr.schemas.catalog import Kind, OnStale, Scope
+from crr.schemas.snapshot import ClusterSnapshot, HostSnapshot, ValueEntry
 
 _COMPARE: Final[dict[str, Callable[[Any, Any], bool]]] = {
     "==": operator.eq, "!=": operator.ne, "<": operator.lt,

@@ -37,8 +37,8 @@ from typing import Final
 
 import msgspec
 
-from projections.select.lexer import fail
-from schemas.errors import ExpressionError
+from crr.projections.select.lexer import fail
+from crr.schemas.errors import ExpressionError
 
 SECTIONS: Final = ("select", "order", "rusage", "span", "same", "cu", "affinity")
 """LSF's section names (a simple requirement string)."""

@@ -13,7 +13,7 @@ import dataclasses
 import difflib
 from typing import NoReturn
 
-from projections.select.ast import (
+from crr.projections.select.ast import (
     Arith,
     Bool,
     Call,
@@ -28,8 +28,8 @@ from projections.select.ast import (
     Ref,
     Str,
 )
-from projections.select.lexer import fail
-from schemas.catalog import Catalog, Kind
+from crr.projections.select.lexer import fail
+from crr.schemas.catalog import Catalog, Kind
 
 
 class Checker:

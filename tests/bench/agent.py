@@ -37,14 +37,14 @@ from pathlib import Path
 import nats
 from nats.aio.msg import Msg
 
-from bus.server import NatsServer
-from bus.streams import provision
-from projections.percentile import percentiles
-from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
-from schemas.codec import decode, encode
-from schemas.events import Report
-from schemas.subjects import REPORTS, SNAPSHOT_CATALOG
-from schemas.wire_time import parse_time
+from crr.bus.server import NatsServer
+from crr.bus.streams import provision
+from crr.projections.percentile import percentiles
+from crr.schemas.catalog import Catalog, ReporterSpec, ResourceSpec
+from crr.schemas.codec import decode, encode
+from crr.schemas.events import Report
+from crr.schemas.subjects import REPORTS, SNAPSHOT_CATALOG
+from crr.schemas.wire_time import parse_time
 
 SCRIPT = """#!/bin/bash
 printf '{"values": {"%s_t0": %s}}\\n' "$CRR_REPORTER" "$EPOCHREALTIME"
@@ -132,7 +132,7 @@ async def bench(n: int, interval: float, duration: float, warmup: float) -> int:
             sys.executable, "-c", IDLE_CLIENT, server.url, stdout=asyncio.subprocess.PIPE,
             env=env)
         agent = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "ops.cli", "agent", "--host", "bench",
+            sys.executable, "-m", "crr.cli", "agent", "--host", "bench",
             "--reporters-dir", tmp, "--server", server.url, env=env)
         try:
             assert idle.stdout is not None

@@ -22,12 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from bus.connection import connect
-from bus.server import NatsServer
-from bus.streams import provision
-from ops.nats_auth import EXAMPLE_CATALOG, generate, server_config
-from schemas.catalog_loader import load_catalog
-from schemas.subjects import event_subject
+from crr.admin.nats_auth import EXAMPLE_CATALOG, generate, server_config
+from crr.bus.connection import connect
+from crr.bus.server import NatsServer
+from crr.bus.streams import provision
+from crr.schemas.catalog_loader import load_catalog
+from crr.schemas.subjects import event_subject
 
 
 def _rss_mib(pid: int) -> float:

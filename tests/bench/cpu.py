@@ -44,14 +44,14 @@ from typing import Any
 import nats.js.errors
 from nats.aio.client import Client
 
-from bus.connection import connect
-from bus.pipeline_publish import PipelinePublisher
-from bus.server import NatsServer
-from bus.streams import provision
-from producers.simulator import Event, Faults, Fleet, sim_catalog
-from schemas.codec import encode
-from schemas.errors import CrrError
-from schemas.subjects import CATALOG, SNAPSHOT_STREAM
+from crr.bus.connection import connect
+from crr.bus.pipeline_publish import PipelinePublisher
+from crr.bus.server import NatsServer
+from crr.bus.streams import provision
+from crr.producers.simulator import Event, Faults, Fleet, sim_catalog
+from crr.schemas.codec import encode
+from crr.schemas.errors import CrrError
+from crr.schemas.subjects import CATALOG, SNAPSHOT_STREAM
 from tests.bench.relay import RELAY_STREAM, RelayProcess, provision_relay
 from tests.bench.suite import RESOURCES, ProjectorProcess, log, relay_pad, wait_projector
 

@@ -1,7 +1,7 @@
 """Fold throughput and state memory: `python -m tests.bench.fold [--hosts N] [--reports N]`.
 
 Throughput: 20-value reports (numbers, booleans, a string, a string set)
-folded in-process through `projections.fold.apply`, in stream order with
+folded in-process through `crr.projections.fold.apply`, in stream order with
 server times advancing so every host reports once per interval and expiry
 runs as it would live.  The baseline, measured in the same run over the same
 payloads, is the least any projector must do: a msgspec decode plus a dict
@@ -27,13 +27,13 @@ from typing import Any
 
 import msgspec
 
-from projections.envelope import Envelope
-from projections.fold import apply, expire
-from projections.state import ProjectionState
-from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
-from schemas.codec import encode
-from schemas.events import Report
-from schemas.subjects import CATALOG, event_subject
+from crr.projections.envelope import Envelope
+from crr.projections.fold import apply, expire
+from crr.projections.state import ProjectionState
+from crr.schemas.catalog import Catalog, ReporterSpec, ResourceSpec
+from crr.schemas.codec import encode
+from crr.schemas.events import Report
+from crr.schemas.subjects import CATALOG, event_subject
 
 INTERVAL = 30.0
 T0 = 1_800_000_000.0

@@ -2,7 +2,7 @@
 
     python -m tests.bench.page [--hosts 50000] [--events 14400]
 
-The host table (`ops.rest.host_query.query`: one page of 60 rows, several
+The host table (`crr.rest.host_query.query`: one page of 60 rows, several
 filters and sorts) and the summary over `--hosts` synthetic hosts, beside a
 baseline measured in the same run: encoding every host record, which is
 what a page that loads all hosts (the earlier status page, `/v1/hosts`)
@@ -22,16 +22,16 @@ from typing import Any
 
 import msgspec
 
-from ops.rest.host_query import HostFacts, query, summarize
-from projections.envelope import Envelope
-from projections.history import Cut, Replay
-from projections.host_table import HostTable
-from projections.timeline import replay_timeline
-from schemas.catalog_loader import load_catalog_text
-from schemas.codec import encode
-from schemas.snapshot import AsOf, HostSnapshot, ReporterStatus, ValueEntry
-from schemas.subjects import CATALOG, event_subject
-from schemas.wire_time import format_time
+from crr.projections.envelope import Envelope
+from crr.projections.history import Cut, Replay
+from crr.projections.host_table import HostTable
+from crr.projections.timeline import replay_timeline
+from crr.rest.host_query import HostFacts, query, summarize
+from crr.schemas.catalog_loader import load_catalog_text
+from crr.schemas.codec import encode
+from crr.schemas.snapshot import AsOf, HostSnapshot, ReporterStatus, ValueEntry
+from crr.schemas.subjects import CATALOG, event_subject
+from crr.schemas.wire_time import format_time
 
 CATALOG_YAML = """
 version: 1

@@ -33,16 +33,16 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from bus.connection import connect
-from bus.pipeline_publish import PipelinePublisher
-from bus.server import NatsServer
-from bus.streams import StreamSettings, provision
-from ops.services.projector import Projector
-from ops.services.view import SchedulerView
-from projections.percentile import percentiles
-from schemas.catalog import Catalog
-from schemas.codec import encode
-from schemas.subjects import CATALOG, event_subject
+from crr.bus.connection import connect
+from crr.bus.pipeline_publish import PipelinePublisher
+from crr.bus.server import NatsServer
+from crr.bus.streams import StreamSettings, provision
+from crr.projections.percentile import percentiles
+from crr.projector.service import Projector
+from crr.schemas.catalog import Catalog
+from crr.schemas.codec import encode
+from crr.schemas.subjects import CATALOG, event_subject
+from crr.view.scheduler_view import SchedulerView
 from tests.bench.fold import bench_catalog, payload
 
 

@@ -33,9 +33,9 @@ from typing import Any
 
 import msgspec
 
-from bus.connection import connect
-from bus.pipeline_publish import PipelinePublisher
-from producers.simulator import Fleet, run_fleet, sim_catalog
+from crr.bus.connection import connect
+from crr.bus.pipeline_publish import PipelinePublisher
+from crr.producers.simulator import Fleet, run_fleet, sim_catalog
 
 RESOURCES = 20
 CATALOG_INTERVAL = 10.0

@@ -6,7 +6,7 @@
 One embedded server; the `tests.bench.fold` catalog with values that outlive the
 run, and `events` reports per host published round by round (every host once
 per round, as a fleet reports once per interval), pipelined
-(`bus.pipeline_publish`).  The reports are mixed: a host's first report and every
+(`crr.bus.pipeline_publish`).  The reports are mixed: a host's first report and every
 `FULL_EVERY`-th after it (phase shifted per host) carry all 20 values, the others
 `PARTIAL` alone — so most hosts' last report omits what their full reports said.
 A projector (`crr projector`, a child process) folds them live as they arrive and
@@ -15,7 +15,7 @@ process (so its peak RSS, VmHWM, is its own), timed from connected to done:
 
 - raw read (the baseline): nats-py's plain ordered consumer over every message of
   CRR_EVENTS, doing nothing (also on the direct, back-pressured receive path the
-  projector reads through, `bus.natspy.ordered_consumer`, shown beside it);
+  projector reads through, `crr.bus.natspy.ordered_consumer`, shown beside it);
 - restore: a projector restarting from that snapshot, until ready and its position
   covers the last event (peak RSS taken once it digested what it restored);
 - rebuild: CRR_SNAPSHOT deleted (a lost snapshot), a projector folding the whole
@@ -49,18 +49,17 @@ import msgspec
 from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
-from bus.connection import connect
-from bus.ordered import OrderedReader, StoredMessage
-from bus.pipeline_publish import PipelinePublisher
-from bus.server import NatsServer
-from bus.streams import provision
-from ops.services.projector import Projector
-from ops.services.replay import read_snapshot_bytes
-from ops.services.report_outcome import wait_covered
-from schemas.codec import decode, encode
-from schemas.errors import CrrError
-from schemas.snapshot import HostSnapshot
-from schemas.subjects import (
+from crr.bus.connection import connect
+from crr.bus.follower import read_snapshot_bytes
+from crr.bus.ordered import OrderedReader, StoredMessage
+from crr.bus.pipeline_publish import PipelinePublisher
+from crr.bus.server import NatsServer
+from crr.bus.streams import provision
+from crr.projector.service import Projector
+from crr.schemas.codec import decode, encode
+from crr.schemas.errors import CrrError
+from crr.schemas.snapshot import HostSnapshot
+from crr.schemas.subjects import (
     CATALOG,
     EVENTS_STREAM,
     EVERYTHING,
@@ -68,6 +67,7 @@ from schemas.subjects import (
     event_subject,
     host_snapshot_subject,
 )
+from crr.sdk.report_outcome import wait_covered
 from tests.bench.fold import N_BOOLEAN, N_NUMERIC, N_SET, N_STRING
 from tests.bench.restart import LONG_LIVED
 
@@ -289,7 +289,7 @@ async def measure(nc: Client, url: str, hosts: int, events: int, *, rounds: int 
     say = log or (lambda text: print(text, file=sys.stderr, flush=True))
     history = History(hosts, events)
     live = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "ops.cli", "projector", "--server", url,
+        sys.executable, "-m", "crr.cli", "projector", "--server", url,
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     try:
         last, fill_rate = await fill(nc, history)

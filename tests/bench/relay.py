@@ -31,9 +31,9 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.js.api import DeliverPolicy, StorageType, StreamConfig
 
-from bus.connection import connect
-from bus.ordered import OrderedReader, StoredMessage
-from schemas.subjects import EVENTS_STREAM, EVERYTHING
+from crr.bus.connection import connect
+from crr.bus.ordered import OrderedReader, StoredMessage
+from crr.schemas.subjects import EVENTS_STREAM, EVERYTHING
 
 RELAY_STREAM: Final = "BENCH_RELAY"
 RELAY_PREFIX: Final = "relay."
@@ -161,7 +161,7 @@ class RelayReader:
 
 
 def _epoch(text: str) -> float:
-    from schemas.wire_time import expires_seconds  # noqa: PLC0415 - keeps relay start light
+    from crr.schemas.wire_time import expires_seconds  # noqa: PLC0415 - keeps relay start light
 
     return expires_seconds(text)
 

@@ -3,9 +3,9 @@
 Three rates over the same events (the `tests.bench.fold` workload: 20-value
 reports round-robin over the hosts), measured in the same run:
 
-- raw fold: `projections.fold.apply` over in-memory Envelopes (the baseline);
+- raw fold: `crr.projections.fold.apply` over in-memory Envelopes (the baseline);
 - replay from a file: `crr events export` lines read and decoded by
-  `ops.services.replay.read_export`, folded by `projections.history.Replay`;
+  `crr.history.replay.read_export`, folded by `crr.projections.history.Replay`;
 - replay from the stream: the same events published to CRR_EVENTS on an
   embedded nats-server, read back with an ordered consumer and folded.
 
@@ -22,16 +22,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from bus.connection import connect
-from bus.ordered import StoredMessage
-from bus.server import NatsServer
-from bus.streams import provision
-from ops.services.replay import export_line, read_export, run_replay
-from projections.envelope import Envelope
-from projections.fold import apply
-from projections.history import Cut, Replay
-from projections.state import ProjectionState
-from schemas.subjects import MSG_ID_HEADER
+from crr.bus.connection import connect
+from crr.bus.ordered import StoredMessage
+from crr.bus.server import NatsServer
+from crr.bus.streams import provision
+from crr.history.replay import export_line, read_export, run_replay
+from crr.projections.envelope import Envelope
+from crr.projections.fold import apply
+from crr.projections.history import Cut, Replay
+from crr.projections.state import ProjectionState
+from crr.schemas.subjects import MSG_ID_HEADER
 from tests.bench.fold import catalog_envelope, envelopes
 
 

@@ -9,7 +9,7 @@ stops.  Measured in this process, one after the other, on the same data:
 - raw read: an ordered consumer (DeliverLastPerSubject) over CRR_SNAPSHOT
   that does nothing with the records — the floor any restore pays (nats-py's
   plain ordered consumer, the baseline; also on the direct receive path that
-  the restore reads through, `bus.natspy.ordered_consumer`, shown beside it);
+  the restore reads through, `crr.bus.natspy.ordered_consumer`, shown beside it);
 - restore: a new projector from `run()` until `ready` — it reads its
   records and status, restores its fold state (the host records the status
   covers wait unread, bounded by its `next_due_ts`; their first deadlines
@@ -37,13 +37,13 @@ from typing import Any
 import msgspec
 from nats.aio.client import Client
 
-from bus.connection import connect
-from bus.ordered import OrderedReader, StoredMessage
-from bus.server import NatsServer
-from bus.streams import provision
-from ops.services.projector import Projector
-from schemas.catalog import ReporterSpec
-from schemas.subjects import EVENTS_STREAM, SNAPSHOT_ALL, SNAPSHOT_STREAM
+from crr.bus.connection import connect
+from crr.bus.ordered import OrderedReader, StoredMessage
+from crr.bus.server import NatsServer
+from crr.bus.streams import provision
+from crr.projector.service import Projector
+from crr.schemas.catalog import ReporterSpec
+from crr.schemas.subjects import EVENTS_STREAM, SNAPSHOT_ALL, SNAPSHOT_STREAM
 from tests.bench.fold import bench_catalog
 from tests.bench.partitions import publish_hosts, running
 
@@ -55,7 +55,7 @@ LONG_LIVED = msgspec.structs.replace(bench_catalog(), reporters={
 async def raw_read(nc: Client, *, direct: bool = False) -> tuple[float, int]:
     """Seconds to read every CRR_SNAPSHOT record (last per subject), and how many.
 
-    `direct`: on the direct receive path (`bus.natspy.ordered_consumer`, as the restore reads),
+    `direct`: on the direct receive path (`crr.bus.natspy.ordered_consumer`, as the restore reads),
     else nats-py's plain ordered consumer (the baseline)."""
     count = 0
 

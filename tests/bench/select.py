@@ -24,12 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from projections.host_table import HostTable
-from projections.select import compile_select
-from projections.select.columnar import truth
-from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
-from schemas.snapshot import AsOf, ClusterSnapshot, HostSnapshot, ValueEntry
-from schemas.wire_time import format_time
+from crr.projections.host_table import HostTable
+from crr.projections.select import compile_select
+from crr.projections.select.columnar import truth
+from crr.schemas.catalog import Catalog, ReporterSpec, ResourceSpec
+from crr.schemas.snapshot import AsOf, ClusterSnapshot, HostSnapshot, ValueEntry
+from crr.schemas.wire_time import format_time
 
 NOW = 1_800_000_000.0
 DATASETS = ["imagenet", "c4", "pile", "laion", "wiki", "books", "code", "math"]

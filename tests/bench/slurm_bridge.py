@@ -3,7 +3,7 @@
     python -m tests.bench.slurm_bridge [--nodes 2000] [--samples 40] [--out DIR]
 
 An embedded nats-server, the projector and a `SchedulerView` in this process, and a
-real munged + slurmctld (`tests.slurm_support`, no slurmd: the nodes stay UNKNOWN,
+real munged + slurmctld (`tests.support.slurm`, no slurmd: the nodes stay UNKNOWN,
 which does not matter to feature updates).  Measured:
 
 1. **calls per reconcile, with and without hostlist batching**: a cold reconcile of
@@ -32,17 +32,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bus.connection import connect
-from bus.server import NatsServer
-from bus.streams import provision
-from ops.bridges.slurm import SlurmCommands, SlurmDoor
-from ops.bridges.slurm_bridge import SlurmBridge, wants_from_view
-from ops.services.view import loaded_view
-from projections.exports import compile_exports, plan_table
-from projections.percentile import percentiles
-from schemas.catalog_loader import load_catalog_text
-from tests.projector_support import publish_catalog, publish_report, running_projector
-from tests.slurm_support import SlurmCluster, slurm_cluster
+from crr.bridges.slurm import SlurmCommands, SlurmDoor
+from crr.bridges.slurm_bridge import SlurmBridge, wants_from_view
+from crr.bus.connection import connect
+from crr.bus.server import NatsServer
+from crr.bus.streams import provision
+from crr.projections.exports import compile_exports, plan_table
+from crr.projections.percentile import percentiles
+from crr.schemas.catalog_loader import load_catalog_text
+from crr.view.scheduler_view import loaded_view
+from tests.support.projector import publish_catalog, publish_report, running_projector
+from tests.support.slurm import SlurmCluster, slurm_cluster
 
 CATALOG = load_catalog_text("""
 version: 1

@@ -6,8 +6,8 @@
 
 An embedded nats-server, the projector as a separate process (`crr
 projector`, as in production), the simulated reporters
-(`producers.simulator.Fleet` through `bus.pipeline_publish`) and the
-scheduler view (`ops.services.view.SchedulerView`) in this process.  Measured:
+(`crr.producers.simulator.Fleet` through `crr.bus.pipeline_publish`) and the
+scheduler view (`crr.view.scheduler_view.SchedulerView`) in this process.  Measured:
 
 1. report → view latency p50/p99 at a fixed offered rate (50k hosts @ 10 s
    = 5k reports/s; `--quick`: 10k hosts @ 4 s), and stale-detection
@@ -71,24 +71,22 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.js.api import StreamConfig
 
-from bus.connection import connect
-from bus.ordered import OrderedReader, StoredMessage
-from bus.pipeline_publish import PipelinePublisher
-from bus.server import NatsServer
-from bus.streams import provision
-from ops.commands.bench import add_arguments
-from ops.services.snapshot_reader import read_snapshot
-from ops.services.view import SchedulerView
-from producers.simulator import SILENT, Event, Faults, Fleet, sim_catalog
-from projections.host_table import HostTable
-from projections.percentile import percentiles
-from projections.select import compile_select
-from schemas.codec import decode, encode
-from schemas.distribution import install_hint
-from schemas.duration import parse_duration
-from schemas.errors import CrrError
-from schemas.snapshot import ProjectorStatus
-from schemas.subjects import (
+from crr.bus.connection import connect
+from crr.bus.ordered import OrderedReader, StoredMessage
+from crr.bus.pipeline_publish import PipelinePublisher
+from crr.bus.server import NatsServer
+from crr.bus.streams import provision
+from crr.commands.bench import add_arguments
+from crr.producers.simulator import SILENT, Event, Faults, Fleet, sim_catalog
+from crr.projections.host_table import HostTable
+from crr.projections.percentile import percentiles
+from crr.projections.select import compile_select
+from crr.schemas.codec import decode, encode
+from crr.schemas.distribution import install_hint
+from crr.schemas.duration import parse_duration
+from crr.schemas.errors import CrrError
+from crr.schemas.snapshot import ProjectorStatus
+from crr.schemas.subjects import (
     CATALOG,
     EVENTS_STREAM,
     SNAPSHOT_ALL,
@@ -96,7 +94,9 @@ from schemas.subjects import (
     SNAPSHOT_STREAM,
     host_snapshot_subject,
 )
-from schemas.wire_time import expires_seconds, parse_time
+from crr.schemas.wire_time import expires_seconds, parse_time
+from crr.view.scheduler_view import SchedulerView
+from crr.view.snapshot_reader import read_snapshot
 from tests.bench import rebuild, restart
 from tests.bench import select as sb
 from tests.bench.publishers import Published, run_publishers
@@ -162,7 +162,7 @@ def rss_bytes(pid: int | None = None) -> int:
 
 
 def percentile(xs: list[float], p: float) -> float:
-    """The p-th percentile of `xs` (`projections.percentile`; nan when empty)."""
+    """The p-th percentile of `xs` (`crr.projections.percentile`; nan when empty)."""
     return percentiles(xs, (p,))[0] if xs else float("nan")
 
 
@@ -195,7 +195,7 @@ class ProjectorProcess:
     def __init__(self, url: str, *, cwd: str | None = None) -> None:
         """`cwd`: run the projector of the checkout there (`python -m` imports from it)."""
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ops.cli", "projector", "--server", url],
+            [sys.executable, "-m", "crr.cli", "projector", "--server", url],
             stdin=subprocess.DEVNULL, cwd=cwd)
 
     @property
@@ -344,7 +344,7 @@ async def latency_phase(nc: Client, url: str, plan: Plan, duration: float, *,
     pauses = GcPauses()
     gc.callbacks.append(pauses)
     sim = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "ops.cli", "sim", "reporters", "--server", url,
+        sys.executable, "-m", "crr.cli", "sim", "reporters", "--server", url,
         "--hosts", str(plan.hosts), "--interval", str(plan.latency_interval),
         "--duration", str(duration), "--seed", "11", "--faults", faults, "--json",
         stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
@@ -578,7 +578,7 @@ async def relay_phase(nc: Client, url: str, plan: Plan, pad: int, *,
             await reader.start()
             cpu0 = time.process_time()
             sim = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "ops.cli", "sim", "reporters", "--server", url,
+                sys.executable, "-m", "crr.cli", "sim", "reporters", "--server", url,
                 "--hosts", str(plan.hosts), "--interval", str(plan.latency_interval),
                 "--duration", str(plan.latency_duration), "--seed", "11",
                 "--faults", "silent=0.01", "--json",

@@ -11,7 +11,7 @@ provider is process-global):
 - `default`: SDK, `parentbased_traceidratio` at 5% (crr's default when tracing is on);
 - `100%`: SDK, every report traced.
 
-With the SDK, spans go through crr's BatchSpanProcessor (`ops.telemetry`;
+With the SDK, spans go through crr's BatchSpanProcessor (`crr.runtime.telemetry`;
 `OTEL_BSP_*` apply) to an exporter that drops them (so the cost measured is
 crr's and the SDK's, not a backend's).  The summary line puts the overhead
 per report at the default sampling beside the overhead at 100%: ideally the
@@ -37,19 +37,19 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
-from bus import tracing
-from bus.connection import connect
-from bus.outbox import Outbox
-from bus.server import NatsServer
-from bus.streams import provision
-from ops.services.projector import Projector
-from ops.services.view import SchedulerView
-from ops.telemetry import DEFAULT_RATIO, batch_span_processor
-from producers.observe import RunObserver
-from schemas.catalog import Catalog, ReporterSpec, ResourceSpec
-from schemas.codec import encode
-from schemas.subjects import CATALOG, MSG_ID_HEADER, event_subject, msg_id
-from schemas.wire_time import format_time
+from crr.bus import tracing
+from crr.bus.connection import connect
+from crr.bus.outbox import Outbox
+from crr.bus.server import NatsServer
+from crr.bus.streams import provision
+from crr.producers.observe import RunObserver
+from crr.projector.service import Projector
+from crr.runtime.telemetry import DEFAULT_RATIO, batch_span_processor
+from crr.schemas.catalog import Catalog, ReporterSpec, ResourceSpec
+from crr.schemas.codec import encode
+from crr.schemas.subjects import CATALOG, MSG_ID_HEADER, event_subject, msg_id
+from crr.schemas.wire_time import format_time
+from crr.view.scheduler_view import SchedulerView
 
 MODES = {"off": None, "default": DEFAULT_RATIO, "100%": 1.0}
 

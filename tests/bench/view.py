@@ -33,14 +33,19 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from bus.connection import connect
-from bus.ordered import StoredMessage, parse_ack_reply
-from bus.server import NatsServer
-from bus.streams import provision
-from ops.services.view import SchedulerView
-from schemas.codec import DECODERS, encode
-from schemas.snapshot import HostSnapshot
-from schemas.subjects import SNAPSHOT_ALL, SNAPSHOT_CATALOG, SNAPSHOT_STREAM, host_snapshot_subject
+from crr.bus.connection import connect
+from crr.bus.ordered import StoredMessage, parse_ack_reply
+from crr.bus.server import NatsServer
+from crr.bus.streams import provision
+from crr.schemas.codec import DECODERS, encode
+from crr.schemas.snapshot import HostSnapshot
+from crr.schemas.subjects import (
+    SNAPSHOT_ALL,
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_STREAM,
+    host_snapshot_subject,
+)
+from crr.view.scheduler_view import SchedulerView
 from tests.bench.select import CATALOG, make_hosts
 
 WINDOW = 2000
@@ -178,11 +183,11 @@ async def live_apply(nc: Client, updates: list[tuple[str, bytes]]) -> tuple[floa
 
 
 def cli_time(args: list[str], runs: int = 3) -> float:
-    """Median wall seconds of `python -m ops.cli ARGS` (stdout discarded)."""
+    """Median wall seconds of `python -m crr.cli ARGS` (stdout discarded)."""
     times = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "ops.cli", *args], check=True,
+        subprocess.run([sys.executable, "-m", "crr.cli", *args], check=True,
                        stdout=subprocess.DEVNULL)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)

@@ -31,10 +31,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 try:
-    from producers.lmstat import parse_lmstat, seat_report
+    from crr.producers.lmstat import parse_lmstat, seat_report
 except ImportError:  # run from a source tree without crr installed
     sys.path.insert(0, str(HERE.parents[2]))
-    from producers.lmstat import parse_lmstat, seat_report
+    from crr.producers.lmstat import parse_lmstat, seat_report
 
 
 def find_lmutil(name: str) -> str | None:

@@ -1,0 +1,1 @@
+"""History: replay, the host timeline and latency, read from the retained CRR_EVENTS."""

@@ -1,0 +1,2 @@
+"""The projector: CRR_EVENTS → the pure fold → CRR_SNAPSHOT (its run loop in `service`, and its
+parts)."""

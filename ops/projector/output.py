@@ -1,0 +1,151 @@
+"""What the projector writes to CRR_SNAPSHOT: the records a flush finds changed, the dead
+letters, and its status right behind them.
+
+A flush writes only records whose canonical bytes differ from what CRR_SNAPSHOT holds
+(`crr.projector.snapshot_writer`: dedupe, pipelined and fenced writes); while it
+encodes, arriving events are held (`crr.projector.input`), so every record
+reflects exactly the cut (`crr.projector.status.Cut`) the status written
+after it claims — `crr replay --verify` relies on it.  By stream order, a reader that
+has read the status has read every record it covers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+from crr.bus.connection import Connection
+from crr.bus.errors import nats_errors
+from crr.bus.stream_check import Seen
+from crr.projections.fold import Changes
+from crr.projections.record.body import cluster_record, host_record
+from crr.projections.record.columns import host_columns
+from crr.projector.checkpoint_read import RawRecords, load_checkpoint
+from crr.projector.input import Input
+from crr.projector.live_fold import Dirty, LiveFold
+from crr.projector.metrics import ProjectorMetrics
+from crr.projector.position import Position
+from crr.projector.snapshot_writer import Record, SnapshotWriter
+from crr.projector.status import Cut, Identity, Origin, status_record
+from crr.schemas.codec import encode
+from crr.schemas.errors import BusError, CrrTimeoutError, LeaseLostError
+from crr.schemas.subjects import (
+    SNAPSHOT_CATALOG,
+    SNAPSHOT_CLUSTER,
+    host_snapshot_subject,
+    status_subject,
+)
+
+log = logging.getLogger("crr.projector")
+
+
+class Output:
+    """The projector's writes: records (`flush`) and its status (`write_status`)."""
+
+    def __init__(self, nc: Connection, writer: SnapshotWriter, *, who: Identity, pos: Position,
+                 fold: LiveFold, input_: Input, origin: Origin, metrics: ProjectorMetrics,
+                 on_catalog: Callable[[], None]) -> None:
+        """`on_catalog`: called after a flush wrote a new catalog (the retention check)."""
+        self._nc = nc
+        self.writer = writer
+        self._who = who
+        self._pos = pos
+        self._fold = fold
+        self._input = input_
+        self._origin = origin
+        self._metrics = metrics
+        self.cut = Cut()
+        """What the status says of the state the written records reflect."""
+        self.last_status: Seen | None = None
+        self.stream_renewed = False
+        """A status write was acked at a sequence below the previous one (see write_status)."""
+        """(seq, subject, data) of the last status written (what CRR_SNAPSHOT must hold)."""
+        self.status_writes = 0
+        self._on_catalog = on_catalog
+
+    async def load_written(self, *, digest: bool) -> RawRecords:
+        """Read what CRR_SNAPSHOT holds now, so unchanged records are not rewritten; the
+        records read (the checkpoint).  Digested now if `digest`, else later
+        (`LiveFold.refine_lazy`: at the first start, after ready)."""
+        raw = await load_checkpoint(self._nc)
+        self.writer.load(raw)
+        if digest:
+            self.writer.written.digest_some(len(raw))
+        return raw
+
+    async def flush(self) -> None:
+        """Write every dirty record and the dead letters (put back on failure, raised)."""
+        fold, pos, held = self._fold, self._pos, self._input
+        seq, through = pos.applied, pos.handled
+        dirty, fold.dirty = fold.dirty, Dirty()
+        state = fold.state
+        cut = self.cut.at(state, fold.applied, fold.deadletter_count, fold.next_deadline())
+        owns_shared = self._who.partition in (None, 0)
+
+        def records() -> Iterator[Record]:
+            # Encoded one at a time as they are written (see `_publish_pipelined`), so
+            # events arriving meanwhile are held, not folded, until the flush ends: every
+            # record written then reflects exactly (`seq`, the last expiry `now`), the cut
+            # the status written after it claims (`crr replay --verify` relies on it).
+            if dirty.catalog and state.catalog is not None and owns_shared:
+                yield SNAPSHOT_CATALOG, encode(state.catalog), None
+            if dirty.cluster and owns_shared:
+                yield SNAPSHOT_CLUSTER, cluster_record(state), None
+            for h in sorted(dirty.hosts):
+                # A host no longer in the state was forgotten (`crr hosts forget`): an empty
+                # record is its delete marker (readers drop the host; compaction keeps only it).
+                if h in state.hosts:
+                    yield (host_snapshot_subject(h), host_record(state, h),
+                           host_columns(state, h))
+                else:
+                    yield host_snapshot_subject(h), b"", None
+            held.release()  # all encoded: fold on while the acks come back
+
+        letters, fold.deadletters = fold.deadletters, []
+        held.hold()
+        try:
+            with nats_errors():
+                await self.writer.write(records(), letters)
+        except (BusError, CrrTimeoutError, LeaseLostError) as exc:
+            # Put everything back; the next round retries (the fold state is intact).
+            log.warning("snapshot write failed (%s); will retry", exc)
+            fold.dirty.merge(Changes(hosts=frozenset(dirty.hosts), cluster=dirty.cluster,
+                                     catalog=dirty.catalog, deadletter=None))
+            fold.deadletters[:0] = letters
+            raise
+        finally:
+            held.release()
+        self._metrics.flushed(time.time())
+        if dirty.catalog:
+            self._on_catalog()
+        self.cut = cut
+        await pos.flushed(seq, through)
+
+    async def write_status(self, now: float | None = None) -> None:
+        """Write the status (`now`: its `last_tick`, default the clock)."""
+        now = time.time() if now is None else now
+        await self._pos.coverage()
+        status = status_record(now, who=self._who, pos=self._pos, cut=self.cut,
+                               origin=self._origin, hosts=self._fold.host_count)
+        subject = status_subject(self._who.partition)
+        data = encode(status)
+        async with self.writer.fenced() as fence:
+            self.writer.written.pop(subject)  # always written: it carries last_tick
+            seq = await self.writer.publish(subject, data, fence)
+        if seq is not None:
+            if self.last_status is not None and seq <= self.last_status[0]:
+                # Sequences went backwards: CRR_SNAPSHOT is a new stream (deleted and
+                # created again by another partition, or an admin) without this
+                # projector's records; the run loop rewrites them.
+                self.stream_renewed = True
+            self.last_status = (seq, subject, data)
+            self.status_writes += 1
+
+    async def rebuild_status(self) -> None:
+        """Write a `rebuilding` status; a failure only delays the next one."""
+        try:
+            with nats_errors():
+                await self.write_status()
+        except (BusError, CrrTimeoutError, LeaseLostError) as exc:
+            log.debug("rebuilding status not written (%r)", exc)

@@ -1,0 +1,1 @@
+"""Runtime tricks for long-running processes: telemetry, shutdown, the heap and the cyclic GC."""

@@ -1,0 +1,1 @@
+"""The reporter SDK: `ExternalReporter`, and what became of a report."""

@@ -1,0 +1,1 @@
+"""Test helpers: real servers and processes, builders. No tests here."""
