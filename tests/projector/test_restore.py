@@ -199,7 +199,8 @@ async def test_deleted_snapshot_stream_rebuilds_and_says_so(
     assert "values reported only before then are gone" in note, note
     after = records_of(await read_snapshot_bytes(nc))
     # The rebuild folds the whole retained history: the values later partial reports
-    # omitted are back, byte for byte as before (DESIGN §2: never the last event per
+    # omitted are back, byte for byte as before (docs/contract.md, "Payloads", the snapshot equals
+    # a fold of every retained event: never the last event per
     # subject alone).
     assert after.keys() == before.keys()
     assert {s: b for s, (_, b) in after.items()} == {s: b for s, (_, b) in before.items()}
