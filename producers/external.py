@@ -1,4 +1,5 @@
-"""The external-reporter SDK: publish crr values from any Python program (DESIGN §3).
+"""The external-reporter SDK: publish crr values from any Python program (docs/contract.md,
+"Subjects and streams").
 
 An *external reporter* is a program that is not run by the agent: a
 license-server poller, a file-system quota server, a dataset index.  It

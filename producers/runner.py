@@ -29,7 +29,7 @@ and a descendant still holds stdout past `exit_grace`, the group is killed;
 after every run whatever is left of the group is killed and the leader is
 reaped.  Output is bounded by `max_output_bytes` (see `script_pipes`).
 
-Health (DESIGN §4), published when the state (or exit code) changes:
+Health (docs/contract.md, "Payloads"), published when the state (or exit code) changes:
 
 - `ok`: a run (or stream line) produced a usable report;
 - `failed`: the command is missing, not executable or cannot start, or a

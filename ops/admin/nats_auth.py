@@ -1,6 +1,7 @@
 """NATS authorization for crr, generated from the catalog and a host list (`crr nats-config`).
 
-Identities and what each may do (DESIGN §3: the subject is the identity, and
+Identities and what each may do (docs/contract.md, "Subjects and streams": the subject is the
+identity, and
 NATS authorization vouches for it):
 
 * `host.<host>` (one per host, the agent): publish

@@ -18,7 +18,7 @@ lean decoder for those names decodes just that — msgspec skips every other
 field (reporter, three timestamps, the last value; the inventory and the
 reporter statuses) without building objects for it — and nothing of it is
 kept: the columns take what they need and the record's bytes stay for
-`get()`/explain.  Expiry: the numeric twin `expires_ts` (DESIGN §4: "entries
+`get()`/explain.  Expiry: the numeric twin `expires_ts` (docs/contract.md, "Payloads": "entries
 may carry numeric epoch-seconds twins of their times") when the record has
 one (`TwinEntry`: no string per value), otherwise the RFC 3339 `expires_at`
 string is parsed (records written before the twins: `LeanEntry`).  These

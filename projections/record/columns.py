@@ -1,6 +1,6 @@
 """A host record's `Crr-Columns` header: written by the projector, read by the host table.
 
-The columns header (`COLUMNS_HEADER`, an addition to DESIGN §4): the
+The columns header (`COLUMNS_HEADER`, docs/contract.md, "crr's additions to the wire format"): the
 projector sends each host record with a NATS header holding just its
 columns in compact JSON, `{"e": E, "host": H, "v": {name: value}, "x":
 {name: [value, state, expires_ts]}}`: `v` has the values whose state is
