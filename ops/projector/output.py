@@ -24,7 +24,7 @@ from crr.projector.checkpoint_read import RawRecords, load_checkpoint
 from crr.projector.live_fold import Owed
 from crr.projector.metrics import ProjectorMetrics
 from crr.projector.position import Position
-from crr.projector.snapshot_writer import Record, SnapshotWriter
+from crr.projector.snapshot_writer import EncodedRecord, SnapshotWriter
 from crr.projector.status import Cut, Identity, Origin, status_record
 from crr.schemas.codec import encode
 from crr.schemas.errors import BusError, CrrTimeoutError, LeaseLostError
@@ -56,16 +56,19 @@ class Output:
         self.cut = Cut()
         """What the status says of the state the written records reflect."""
         self.last_status: Seen | None = None
+        """(seq, subject, data) of the last status written (what CRR_SNAPSHOT must hold)."""
         self.stream_renewed = False
         """A status write was acked at a sequence below the previous one (see write_status)."""
-        """(seq, subject, data) of the last status written (what CRR_SNAPSHOT must hold)."""
         self.status_writes = 0
         self._on_catalog = on_catalog
 
-    async def load_written(self, *, digest: bool) -> RawRecords:
+    async def load_written(self, *, digest: bool, afresh: bool = False) -> RawRecords:
         """Read what CRR_SNAPSHOT holds now, so unchanged records are not rewritten; the
         records read (the checkpoint).  Digested now if `digest`, else later
-        (`LiveFold.refine_lazy`: at the first start, after ready)."""
+        (`LiveFold.refine_lazy`: at the first start, after ready).  `afresh`: forget what
+        it was seen to hold before (another writer may have written anything)."""
+        if afresh:
+            self.writer.written.clear()
         raw = await load_checkpoint(self._nc)
         self.writer.load(raw)
         if digest:
@@ -82,7 +85,7 @@ class Output:
         cut = self.cut.at(state, owed.applied, owed.deadletters, owed.next_due)
         owns_shared = self._who.partition in (None, 0)
 
-        def records() -> Iterator[Record]:
+        def records() -> Iterator[EncodedRecord]:
             # Encoded one at a time as they are written (see `_publish_pipelined`), so
             # events arriving meanwhile are held, not folded, until the flush ends: every
             # record written then reflects exactly (`seq`, the last expiry `now`), the cut
