@@ -213,7 +213,7 @@ def partition_of(host_token: str, partitions: int) -> int:
     """The partition `partition(N, host)` of the stream transform gives a host token.
 
     nats-server hashes the token's bytes with 32-bit FNV-1a, modulo N (checked
-    against a real server in tests/projector/test_repartition.py).  Projectors use it to
+    against a real server in tests/projector/test_start_repartition.py).  Projectors use it to
     keep only their own hosts among events stored under an older layout.
     """
     h = 0x811C9DC5

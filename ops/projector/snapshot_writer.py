@@ -40,7 +40,7 @@ from crr.schemas.subjects import DEADLETTER, MSG_ID_HEADER, deadletter_msg_id
 
 WRITE_WINDOW = 512
 
-Record = tuple[str, bytes, str | None]
+EncodedRecord = tuple[str, bytes, str | None]
 """A record to write: subject, bytes, and its columns header (None: none)."""
 
 
@@ -203,7 +203,7 @@ class SnapshotWriter:
             return columns
         return None
 
-    async def write(self, records: Iterator[Record], letters: Iterable[DeadLetter] = (),
+    async def write(self, records: Iterator[EncodedRecord], letters: Iterable[DeadLetter] = (),
                     parents: dict[str, tracing.SpanContext] | None = None) -> None:
         """Write the changed `records` (consumed lazily), then the dead letters; returns
         when every write is acknowledged, raises (NATS errors, LeaseLostError) if one
@@ -212,7 +212,7 @@ class SnapshotWriter:
         parents = {} if parents is None else parents
         out = records
         if self._lease is None:  # the hot path: no fence, no trace
-            slow: list[Record] = []  # records continuing a sampled trace
+            slow: list[EncodedRecord] = []  # records continuing a sampled trace
             await self._pipelined(out, slow, parents)
             out = iter(slow)
         while window := list(itertools.islice(out, WRITE_WINDOW)):
@@ -222,7 +222,7 @@ class SnapshotWriter:
             await jetstream.publish(self._js, DEADLETTER, encode(dl),
                                     headers={MSG_ID_HEADER: deadletter_msg_id(dl.seq)})
 
-    async def _publish_window(self, window: list[Record], fence: dict[str, str] | None,
+    async def _publish_window(self, window: list[EncodedRecord], fence: dict[str, str] | None,
                               parents: dict[str, tracing.SpanContext]) -> None:
         """Write `window` concurrently; fenced writes a clustered stream refused as busy
         (one fenced write in flight at a time, ops/projector/lease.py) are retried one by one."""
@@ -240,7 +240,7 @@ class SnapshotWriter:
                 with attempt:
                     await self.publish(s, d, fence, c)
 
-    async def _pipelined(self, records: Iterable[Record], slow: list[Record],
+    async def _pipelined(self, records: Iterable[EncodedRecord], slow: list[EncodedRecord],
                          parents: dict[str, tracing.SpanContext]) -> None:
         """Write the changed records pipelined and wait for every ack.
 

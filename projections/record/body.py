@@ -3,7 +3,7 @@
 **Written** (`host_record`, `cluster_record`): the projector's hot path, one
 record per report.  The bytes are `crr.schemas.codec.encode` of
 `crr.projections.record.snapshot.host_snapshot`, byte for byte
-(`tests/projections/test_snapshot_encoding.py` checks it), built with less work: the
+(`tests/projections/test_record_encoding.py` checks it), built with less work: the
 fresh entries of one batch differ only in their value (and their lifetime),
 so each (batch, lifetime) is encoded once with stand-ins and cut around them
 (`_entry_frame`, `_form`); an entry is then that head + the encoded value +

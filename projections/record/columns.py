@@ -12,7 +12,7 @@ body does not; the scheduler view decodes ~400 bytes per host instead of
 
 **Written**: `columns_of` is the rule (from a record's entries);
 `host_columns` builds the header of `crr.projections.record.body.host_record`
-(a host's steady state without entry objects; `tests/projections/test_snapshot_encoding.py`
+(a host's steady state without entry objects; `tests/projections/test_record_encoding.py`
 checks it against `columns_of`); `crr.projector.snapshot_writer` sends it.
 
 **Read**: `columns_decoder` (`crr.projections.host_table`: `upsert_record`,
