@@ -1,14 +1,13 @@
 """Every crr subject: names, filters, builders and parsers, and the subject-token encoding
-of docs/contract.md, "Subjects and streams".  No other module spells out a `crr.v1…` subject or
-splits one into tokens
-(tests/system/test_layers.py checks this), so a newcomer reads the whole subject space here.
+of docs/contract.md, "Subjects and streams".  No other module spells out a `crr.v1…` subject
+or splits one into tokens (tests/system/test_layers.py checks this), so a newcomer reads the
+whole subject space here.
 
 `token(s)`: each UTF-8 byte outside `[A-Za-z0-9_-]` becomes `=XX`
 (uppercase hex).  Injective, and valid in NATS subjects and KV keys.
 
 Also here: the `Nats-Msg-Id` of an event (docs/contract.md, "Subjects and streams") and the
-partitioning of
-`CRR_EVENTS` by host (`partition(N, host)` in the stream's subject transform),
+partitioning of `CRR_EVENTS` by host (`partition(N, host)` in the stream's subject transform),
 which is a property of stored subjects.  Pure: no IO.
 """
 

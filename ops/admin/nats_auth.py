@@ -1,8 +1,7 @@
 """NATS authorization for crr, generated from the catalog and a host list (`crr nats-config`).
 
 Identities and what each may do (docs/contract.md, "Subjects and streams": the subject is the
-identity, and
-NATS authorization vouches for it):
+identity, and NATS authorization vouches for it):
 
 * `host.<host>` (one per host, the agent): publish
   `crr.v1.{report,inventory,health}.host.<host>.*` — minus the subjects of

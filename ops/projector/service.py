@@ -5,8 +5,7 @@ is the run loop over named parts, each of which reads alone:
 
 - start-up (`crr.projector.start`): restore from CRR_SNAPSHOT (the snapshot is
   the checkpoint, docs/contract.md, "Payloads": `crr.projector.restore`), or rebuild from the
-  retained
-  CRR_EVENTS, and starting over when a stream went backwards;
+  retained CRR_EVENTS, and starting over when a stream went backwards;
 - input (`crr.projector.input`): the one CRR_EVENTS reader, and back-pressure
   while a flush encodes;
 - the live fold (`crr.projector.live_fold`): the state, what is dirty, dead letters,

@@ -1,8 +1,7 @@
 """The projector's start: restore from CRR_SNAPSHOT, or rebuild from CRR_EVENTS.
 
-The snapshot is the checkpoint (docs/contract.md, "Payloads"): on start the projector restores its
-fold
-state from its own CRR_SNAPSHOT records and status (`crr.projector.restore`) and folds
+The snapshot is the checkpoint (docs/contract.md, "Payloads"): on start the projector restores
+its fold state from its own CRR_SNAPSHOT records and status (`crr.projector.restore`) and folds
 CRR_EVENTS from right after the position the status covers.  Only when it cannot
 (first start, snapshot deleted, a status of an older writer or an unfinished rebuild,
 a record that does not restore, the events stream behind the snapshot) does it
