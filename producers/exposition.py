@@ -22,6 +22,7 @@ Pure functions, no IO.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,13 +71,24 @@ class Exposition:
         return sum(len(rows) for rows in self.series.values())
 
 
+_COUNTER_TYPE = re.compile(r"^#[ \t]+TYPE[ \t]+(\S+)[ \t]+counter[ \t]*$", re.MULTILINE)
+
+
 def _families(text: str) -> Exposition:
+    """Series under the names the text spells: the library names a counter's samples
+    `<family>_total` (OpenMetrics) even where the text wrote `<family>`, so those are
+    given back the name its `# TYPE` line declared."""
     expo = Exposition()
+    counters = set(_COUNTER_TYPE.findall(text))
     for family in text_string_to_metric_families(text):
-        expo.names.add(family.name)
+        name = family.name
+        total = f"{name}_total"
+        renamed = family.type == "counter" and name in counters
+        expo.names.add(total if family.type == "counter" and total in counters else name)
         for sample in family.samples:
-            expo.names.add(sample.name)
-            expo.series.setdefault(sample.name, []).append((sample.labels, sample.value))
+            written = name if renamed and sample.name == total else sample.name
+            expo.names.add(written)
+            expo.series.setdefault(written, []).append((sample.labels, sample.value))
     return expo
 
 
