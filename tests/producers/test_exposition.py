@@ -73,7 +73,8 @@ def test_healthy_eight_gpu_node() -> None:
 def test_xid_error_turns_the_node_unhealthy() -> None:
     """One GPU with XID 79: the node's boolean is false and that device says why."""
     out = dcgm_map().from_text(fixture("a100x8-xid79.prom"))
-    assert out.values is not None and out.values["gpu_xid_ok"] is False
+    assert out.values is not None
+    assert out.values["gpu_xid_ok"] is False
     assert out.inventory is not None
     by_name = {d.name: d.attributes for d in out.inventory.devices}
     assert by_name["gpu3"]["xid"] == Attribute(int=79)
@@ -210,7 +211,8 @@ def test_vanished_and_oversized_files(tmp_path: Path) -> None:
     assert read.problems == ["big.prom: larger than max_output_bytes (64 bytes); not read"]
     (tmp_path / "a.prom").unlink()
     read = files.read()
-    assert "a" not in read.expo.names and files.files == {}
+    assert "a" not in read.expo.names
+    assert files.files == {}
 
 
 # -- properties -----------------------------------------------------------------------------
@@ -279,7 +281,8 @@ def test_exposition_merge_counts() -> None:
     merged = Exposition()
     merged.merge(one)
     merged.merge(two)
-    assert len(merged) == 3 and merged.names == {"a", "b"}
+    assert len(merged) == 3
+    assert merged.names == {"a", "b"}
 
 
 def test_counter_names_as_written() -> None:

@@ -78,7 +78,8 @@ def test_a_good_catalog_loads() -> None:
     """Scrape reporter, mappings and inventory load; the agent runs it on its hosts."""
     cat = load_catalog_text(CATALOG)
     spec = cat.reporters["dcgm"]
-    assert spec.exposition() and spec.runs_on("gpu-node-1")
+    assert spec.exposition()
+    assert spec.runs_on("gpu-node-1")
     assert spec.series == {"gpu_ok": "max(DCGM_FI_DEV_XID_ERRORS) == 0",
                            "gpu_models": "labels(DCGM_FI_DEV_GPU_TEMP, modelName)"}
 
@@ -100,7 +101,8 @@ def test_type_clash_is_rejected_at_apply() -> None:
 
 def test_bad_mapping_points_at_the_token() -> None:
     """A syntax error in a mapping names the path and marks the token, like select[]."""
-    text = CATALOG.replace('"max(DCGM_FI_DEV_XID_ERRORS) == 0"', '"max(DCGM_FI_DEV_XID_ERRORS) = 0"')
+    text = CATALOG.replace('"max(DCGM_FI_DEV_XID_ERRORS) == 0"',
+                           '"max(DCGM_FI_DEV_XID_ERRORS) = 0"')
     assert problems_of(text) == [
         "reporters.dcgm.series.gpu_ok: expected *, /, a comparison or the end of the mapping, "
         "found '=' (at column 29: max(DCGM_FI_DEV_XID_ERRORS) \u2192= 0)"]
