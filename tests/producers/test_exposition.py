@@ -293,3 +293,42 @@ def test_counter_names_as_written() -> None:
     expo = parse_exposition(text)
     assert sorted(expo.series) == ["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "y_total", "z"]
     assert evaluate(compile_mapping("max(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL)"), expo).value == 2.0
+
+
+METRIC_NAMES = ["a", "b_total", "c", "d_bucket"]
+
+
+@st.composite
+def mixed_expositions(draw: st.DrawFn) -> str:
+    """Several families (gauges, counters with and without `_total`, untyped), any order."""
+    lines: list[str] = []
+    for name in draw(st.lists(st.sampled_from(METRIC_NAMES), unique=True)):
+        kind = draw(st.sampled_from(["gauge", "counter", None]))
+        if kind is not None and not name.endswith("_bucket"):
+            lines.append(f"# HELP {name} some help")
+            lines.append(f"# TYPE {name} {kind}")
+        for dev in draw(st.lists(LABEL_VALUES, unique=True, max_size=4)):
+            lines.append(f'{name}{{device="{dev}"}} {draw(VALUES)!r}')
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=200, deadline=None)
+@given(mixed_expositions(), st.sets(st.sampled_from(METRIC_NAMES)))
+def test_filtered_parse_is_the_full_parse_restricted(text: str, wanted: set[str]) -> None:
+    """Parsing only the wanted metrics' lines gives exactly the full parse's series of them,
+    and the same presence (missing or not) for each."""
+    full = parse_exposition(text)
+    part = parse_exposition(text, wanted=wanted)
+    for name in wanted:
+        assert part.series.get(name) == full.series.get(name), name
+        assert (name in part.names) == (name in full.names), name
+
+
+def test_filtered_error_keeps_line_numbers() -> None:
+    """A bad line among the read metrics is named by its line in the whole text; a bad line
+    of a metric no resource reads is not looked at."""
+    text = "# TYPE a gauge\na 1\nunread{ 2\nb 3\nb{x=\"1} 4\n"
+    with pytest.raises(ExpositionError) as exc:
+        parse_exposition(text, wanted={"a", "b"})
+    assert exc.value.line == 5
+    assert parse_exposition(text, wanted={"a"}).series == {"a": [({}, 1.0)]}
