@@ -149,9 +149,9 @@ def parse_exposition(text: str, *, source: str = "output",
     reason = _fails("\n".join(lines[:hi]) + "\n") or first
     bad = lines[hi - 1] if hi - 1 < len(lines) else ""
     shown = bad if len(bad) <= _MAX_LINE else bad[:_MAX_LINE] + "…"
-    line = numbers[hi - 1] if numbers and hi - 1 < len(numbers) else hi
-    raise ExpositionError(f"{source}:{line}: not the Prometheus exposition format "
-                          f"({reason or type(reason).__name__}): {shown!r}", line=line)
+    at = numbers[hi - 1] if numbers and hi - 1 < len(numbers) else hi
+    raise ExpositionError(f"{source}:{at}: not the Prometheus exposition format "
+                          f"({reason or type(reason).__name__}): {shown!r}", line=at)
 
 
 def _show(selector: Selector, rows: list[Series]) -> str:
