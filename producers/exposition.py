@@ -21,6 +21,7 @@ Pure functions, no IO.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Collection, Iterable
@@ -100,7 +101,36 @@ def _fails(text: str) -> BaseException | None:
     return None
 
 
-_SAMPLE_NAME = re.compile(r"[ \t]*([^{ \t]*)")
+@functools.lru_cache(maxsize=64)
+def _filter(wanted: frozenset[str]) -> tuple[re.Pattern[str], ...]:
+    """The lines `parse_exposition` keeps for `wanted`, one pattern per line start: the
+    samples of a wanted name (any line that starts with it: a malformed one too, so that
+    it is reported), and `# HELP`/`# TYPE` of their families.  Each pattern starts with a
+    literal, so `re` finds it with a plain substring search (in C)."""
+    families = set(wanted) | {w[:-len(x)] for w in wanted for x in _SUFFIXES if w.endswith(x)}
+    either = "|".join(re.escape(f) for f in sorted(families, key=len, reverse=True))
+    return (*(re.compile(re.escape(f"\n{n}") + r"(?=[{ \t\r\n]|$)[^\n]*")
+              for n in sorted(wanted)),
+            re.compile(rf"\n# (?:HELP|TYPE) (?:{either})(?=[ \t\r\n]|$)[^\n]*"))
+
+
+def _kept(text: str, wanted: Collection[str]) -> tuple[list[str], list[int]]:
+    """The kept lines of `text` in order, and their offsets."""
+    padded = "\n" + text  # every line, the first too, starts after a newline
+    found = sorted((m.start(), m.group()[1:]) for pattern in _filter(frozenset(wanted))
+                   for m in pattern.finditer(padded))
+    return [line for _, line in found], [at for at, _ in found]
+
+
+def _line_numbers(text: str, starts: list[int]) -> list[int]:
+    """1-based line numbers of the offsets `starts` (ascending) in `text`."""
+    out, line, at = [], 1, 0
+    for start in starts:
+        line += text.count("\n", at, start)
+        at = start
+        out.append(line)
+    return out
+
 _SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
 """Sample-name suffixes of a family's series (counters, histograms, summaries)."""
 
@@ -115,26 +145,14 @@ def parse_exposition(text: str, *, source: str = "output",
     10k series are mostly ones no resource reads.  Only the kept lines are checked;
     line numbers are those of `text`.
     """
-    lines = text.split("\n")
+    lines: list[str]
     numbers: list[int] | None = None
     if wanted is not None:
-        families = set(wanted) | {w[:-len(x)] for w in wanted for x in _SUFFIXES
-                                  if w.endswith(x)}
-        kept: list[str] = []
-        numbers = []
-        for number, line in enumerate(lines, 1):
-            name = _SAMPLE_NAME.match(line)
-            first = name.group(1) if name else ""
-            if first == "#":  # `# HELP name …`, `# TYPE name …`, or a comment
-                words = line.split(None, 3)
-                keep = len(words) > 2 and words[1] in ("HELP", "TYPE") and words[2] in families
-            else:
-                keep = not first or first in wanted or first[0] == "#"
-            if keep:
-                kept.append(line)
-                numbers.append(number)
-        lines = kept
-        text = "\n".join(kept) + "\n"
+        lines, offsets = _kept(text, wanted)
+        numbers = _line_numbers(text, offsets)
+        text = "\n".join(lines) + "\n"
+    else:
+        lines = text.split("\n")
     try:
         return _families(text)
     except Exception as exc:  # the parser raises ValueError, IndexError, KeyError…
