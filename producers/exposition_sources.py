@@ -20,6 +20,7 @@ import asyncio
 import base64
 import os
 import ssl
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -113,9 +114,22 @@ class TextfileDirectory:
         self.directory = Path(directory)
         self.limit = limit
         self.files: dict[str, _File] = {}
+        self._busy = threading.Lock()
 
     def read(self) -> TextfileRead:
-        """Read (blocking IO: the runner calls it in a thread, within its timeout)."""
+        """Read (blocking IO: the runner calls it in a thread, within its timeout).
+
+        A read the runner stopped waiting for goes on in its thread (a hung file
+        system); until it ends, later reads fail at once instead of piling up."""
+        if not self._busy.acquire(blocking=False):
+            raise ScrapeError(f"the previous read of {self.directory} has not finished "
+                              "(a hung file system?)")
+        try:
+            return self._read()
+        finally:
+            self._busy.release()
+
+    def _read(self) -> TextfileRead:
         try:
             names = sorted(e.name for e in os.scandir(self.directory)
                            if e.name.endswith(".prom") and e.is_file())

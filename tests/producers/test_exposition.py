@@ -19,7 +19,7 @@ from crr.producers.exposition import (
     evaluate,
     parse_exposition,
 )
-from crr.producers.exposition_sources import TextfileDirectory, shown_url
+from crr.producers.exposition_sources import ScrapeError, TextfileDirectory, shown_url
 from crr.schemas.catalog import ReporterSpec
 from crr.schemas.events import Attribute
 from crr.schemas.exposition import InventoryMap, compile_mapping
@@ -332,3 +332,15 @@ def test_filtered_error_keeps_line_numbers() -> None:
         parse_exposition(text, wanted={"a", "b"})
     assert exc.value.line == 5
     assert parse_exposition(text, wanted={"a"}).series == {"a": [({}, 1.0)]}
+
+
+def test_a_read_still_running_is_not_stacked(tmp_path: Path) -> None:
+    """While a read is still going on (a hung file system), the next one fails at once."""
+    files = TextfileDirectory(str(tmp_path), limit=1 << 16)
+    assert files._busy.acquire()
+    try:
+        with pytest.raises(ScrapeError, match="has not finished"):
+            files.read()
+    finally:
+        files._busy.release()
+    assert files.read().problems == []
