@@ -3,6 +3,8 @@ properties of the mapping (aggregations are their definitions; matchers are Prom
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import math
 import os
 import re
@@ -19,7 +21,7 @@ from crr.producers.exposition import (
     evaluate,
     parse_exposition,
 )
-from crr.producers.exposition_sources import ScrapeError, TextfileDirectory, shown_url
+from crr.producers.exposition_sources import ScrapeError, TextfileDirectory, scrape, shown_url
 from crr.schemas.catalog import ReporterSpec
 from crr.schemas.events import Attribute
 from crr.schemas.exposition import InventoryMap, compile_mapping
@@ -344,3 +346,58 @@ def test_a_read_still_running_is_not_stacked(tmp_path: Path) -> None:
     finally:
         files._busy.release()
     assert files.read().problems == []
+
+
+# -- scrapes against a real socket ------------------------------------------------------------
+
+async def serve(response: bytes, requests: list[bytes], *, hang: bool = False) -> asyncio.Server:
+    """A one-response HTTP server on a free loopback port (records each request's head)."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            requests.append(await reader.readuntil(b"\r\n\r\n"))
+            if hang:  # never answers: the scrape's timeout ends it (and closes the connection)
+                await reader.read()
+            writer.write(response)
+            await writer.drain()
+        except ConnectionError:
+            pass  # the client stopped reading (over its limit)
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+def url_of(server: asyncio.Server, auth: str = "") -> str:
+    """The server's metrics URL."""
+    port = server.sockets[0].getsockname()[1]
+    return f"http://{auth}127.0.0.1:{port}/metrics"
+
+
+async def test_scrape_sends_basic_auth_and_reads_the_body() -> None:
+    """HTTP/1.0 GET with the URL's credentials as basic auth; the body comes back whole."""
+    requests: list[bytes] = []
+    async with await serve(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nup 1\n",
+                           requests) as server:
+        body = await scrape(url_of(server, "crr:s3cret@"), timeout=5, limit=1024)
+    assert body == b"up 1\n"
+    head = requests[0].decode()
+    assert head.startswith("GET /metrics HTTP/1.0\r\n")
+    assert "Authorization: Basic " + base64.b64encode(b"crr:s3cret").decode() in head
+
+
+@pytest.mark.parametrize(("response", "hang", "words"), [
+    (b"HTTP/1.0 404 Not Found\r\n\r\nno\n", False, ": HTTP 404 Not Found"),
+    (b"HTTP/1.0 200 OK\r\n\r\n" + b"x 1\n" * 400, False, "exceeds max_output_bytes (1024"),
+    (b"", True, "timed out after 0.2s"),
+    (b"garbage\r\n\r\n", False, "not an HTTP response"),
+])
+async def test_scrape_failures_name_the_url_without_credentials(
+        response: bytes, hang: bool, words: str) -> None:
+    """Each failure is a ScrapeError naming the URL (no user, no password) and the reason."""
+    async with await serve(response, [], hang=hang) as server:
+        shown = url_of(server)
+        with pytest.raises(ScrapeError) as exc:
+            await scrape(url_of(server, "crr:s3cret@"), timeout=0.2, limit=1024)
+    assert words in exc.value.message
+    assert shown in exc.value.message
+    assert "s3cret" not in exc.value.message

@@ -9,6 +9,8 @@ crr reports must equal node_exporter's own series; events are read on the broker
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -16,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from nats.aio.client import Client
 
+from crr.commands import health
 from crr.producers.exposition import Exposition, evaluate, parse_exposition
 from crr.schemas.catalog import Catalog
 from crr.schemas.catalog_loader import catalog_from_mapping
@@ -24,7 +28,9 @@ from crr.schemas.events import Report
 from crr.schemas.exposition import compile_mapping
 from crr.schemas.wire_time import parse_time
 from tests.support.agent import Recorder, running_agent, write_script
+from tests.support.faults import eventually
 from tests.support.node_exporter import COLLECTORS, NodeExporter, running_node_exporter
+from tests.support.projector import publish_catalog, running_projector
 
 GIB = 1024**3
 
@@ -225,3 +231,46 @@ async def test_script_with_prometheus_output(nats_url: str, tmp_path: Path) -> N
     want = value(parse_exposition(run_collector("directory-size.sh", str(tmp_path / "d"))),
                  "sum(node_directory_size_bytes)")
     assert last_values(rig.recorder, "dirsize") == {"d_bytes": want}
+
+
+async def test_crr_health_shows_failed_scrape_and_missing_series(
+        nc: Client, nats_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Through a real projector: `crr health` shows the failed scrape with its reason, and a
+    series that disappeared as the reporter's `bad_output` detail and, once its value has
+    expired, as a missing resource."""
+    (tmp_path / "tf").mkdir()
+    with running_node_exporter(tmp_path / "tf") as exporter:
+        url = exporter.url  # nothing listens there once the block is left
+    directory = tmp_path / "textfile"
+    directory.mkdir()
+    write_atomically(directory / "site.prom", "site_temperature 41\n")  # renamed: site_temp
+    cat = catalog_from_mapping({"version": 1, "resources": {
+        "up": {"kind": "numeric", "reporter": "node"},
+        "site_temp": {"kind": "numeric", "reporter": "files", "interval": "0.2s"}},
+        "reporters": {
+            "node": {"type": "scrape", "url": url, "interval": "0.2s", "timeout": "1s",
+                     "backoff_floor": 0.05, "backoff_cap": 0.1,
+                     "series": {"up": "count(node_filesystem_size_bytes)"}},
+            "files": {"type": "textfile", "directory": str(directory), "interval": "0.2s",
+                      "series": {"site_temp": "site_temp"}}}})
+    async with running_projector(nc) as projector:
+        await projector.wait_until(await publish_catalog(nc, cat))
+        async with running_agent(nats_url, cat, tmp_path) as rig:
+            await rig.recorder.wait_state("node", "failed")
+            await rig.recorder.wait_state("files", "bad_output")
+
+            async def rows() -> dict[str, dict[str, Any]] | None:
+                await health.run(argparse.Namespace(server=nats_url, creds=None, tls_ca=None,
+                                                    reporter=None, json=True))
+                got = {r["reporter"]: r for r in json.loads(capsys.readouterr().out)}
+                done = got.get("files", {}).get("missing") and "node" in got
+                return got if done else None
+
+            got = await eventually(rows, 10, "crr health rows of node and files")
+    assert got["node"]["state"] == "failed"
+    assert got["node"]["detail"].startswith(f"scrape of {url} failed: ")
+    assert got["files"]["state"] == "bad_output"
+    assert got["files"]["detail"] == ("site_temp: series site_temp: missing (site_temp is not "
+                                      "in the exposition)")
+    assert got["files"]["missing"] == ["site_temp"]
+    assert got["files"]["failing"] is True
