@@ -22,6 +22,7 @@ from tests.support.cli import ROOT
 EXAMPLE = ROOT / "ops" / "examples" / "gpu-node.yaml"
 REPORTERS = ROOT / "ops" / "examples" / "reporters"
 DCGM = ROOT / "tests" / "fixtures" / "dcgm"
+NODE = ROOT / "tests" / "fixtures" / "node_exporter"
 
 
 @pytest.fixture(scope="module")
@@ -120,3 +121,18 @@ def test_cache_inventory_textfile(gpu_node: Catalog, tmp_path: Path) -> None:
     read = TextfileDirectory(str(textfile), limit=1 << 16).read()
     out = ExpositionMap(gpu_node.reporters["cache"]).apply(read.expo, read.problems)
     assert out.values == {"datasets": ["c4", "imagenet"], "models": ["llama-3-70b"]}
+
+
+def test_infiniband_mapping_on_node_exporter_output(gpu_node: Catalog) -> None:
+    """node_exporter's own infiniband output (its e2e fixture): every port ACTIVE, the
+    slowest port's rate, the devices; one port down turns `ib_ports_up` false.  The file
+    system and memory metrics are not in that output: named missing, left out."""
+    node = ExpositionMap(gpu_node.reporters["node"])
+    up = node.from_text((NODE / "e2e-infiniband.prom").read_bytes())
+    assert up.values == {"ib_devices": ["i40iw0", "mlx4_0"], "ib_ports_up": True,
+                         "ib_rate_min_gbps": 10.0}
+    assert sorted(p.split(":")[0] for p in up.problems) == [
+        "mem_available_gib", "scratch_free_gib", "shared_free_gib"]
+    down = node.from_text((NODE / "e2e-infiniband-port-down.prom").read_bytes())
+    assert down.values is not None
+    assert down.values["ib_ports_up"] is False
