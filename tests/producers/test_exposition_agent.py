@@ -10,6 +10,7 @@ crr reports must equal node_exporter's own series; events are read on the broker
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import subprocess
@@ -17,14 +18,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from nats.aio.client import Client
 
 from crr.commands import health
 from crr.producers.exposition import Exposition, evaluate, parse_exposition
 from crr.schemas.catalog import Catalog
-from crr.schemas.catalog_loader import catalog_from_mapping
-from crr.schemas.events import Report
+from crr.schemas.catalog_loader import catalog_from_mapping, load_catalog
+from crr.schemas.events import Attribute, Report
 from crr.schemas.exposition import compile_mapping
 from crr.schemas.wire_time import parse_time
 from tests.support.agent import Recorder, running_agent, write_script
@@ -33,6 +35,9 @@ from tests.support.node_exporter import COLLECTORS, NodeExporter, running_node_e
 from tests.support.projector import publish_catalog, running_projector
 
 GIB = 1024**3
+ROOT = Path(__file__).resolve().parents[2]
+DCGM = ROOT / "tests" / "fixtures" / "dcgm"
+EXAMPLE = ROOT / "ops" / "examples" / "gpu-node.yaml"
 
 
 @pytest.fixture
@@ -274,3 +279,41 @@ async def test_crr_health_shows_failed_scrape_and_missing_series(
                                       "in the exposition)")
     assert got["files"]["missing"] == ["site_temp"]
     assert got["files"]["failing"] is True
+
+
+async def test_dcgm_scrape_publishes_values_and_inventory(nats_url: str, tmp_path: Path) -> None:
+    """A real agent scraping a dcgm-exporter output (served over HTTP): the values, and an
+    Inventory event of 8 devices in the pool `<host>/<reporter>`; GPU 5 gone: 7 devices,
+    a new pool generation."""
+    body = {"now": (DCGM / "a100x8.prom").read_bytes()}
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + body["now"])
+            await writer.drain()
+        finally:
+            writer.close()
+
+    gpu_node = load_catalog(EXAMPLE)
+    async with await asyncio.start_server(handle, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        dcgm = msgspec.structs.replace(gpu_node.reporters["dcgm"], interval=0.2,
+                                       url=f"http://127.0.0.1:{port}/metrics")
+        cat = Catalog(resources={n: gpu_node.resources[n] for n in gpu_node.resources_of("dcgm")},
+                      reporters={"dcgm": dcgm})
+        async with running_agent(nats_url, cat, tmp_path) as rig:
+            await rig.recorder.wait_state("dcgm", "ok")
+            await rig.recorder.wait("an inventory", lambda: bool(rig.recorder.inventories("dcgm")))
+            first = rig.recorder.inventories("dcgm")[-1]
+            body["now"] = (DCGM / "a100x8-gpu5-missing.prom").read_bytes()
+            await rig.recorder.wait(
+                "an inventory of 7", lambda: len(rig.recorder.inventories("dcgm")[-1].devices) == 7)
+            second = rig.recorder.inventories("dcgm")[-1]
+    assert first.pool.name == "node1/dcgm"
+    assert [d.name for d in first.devices] == [f"gpu{i}" for i in range(8)]
+    assert first.devices[0].attributes["model"] == Attribute(string="NVIDIA A100 80GB PCIe")
+    assert second.pool.generation == first.pool.generation + 1
+    values = last_values(rig.recorder, "dcgm")
+    assert values["gpu_count"] == 7.0
+    assert values["gpu_xid_clear"] is True
