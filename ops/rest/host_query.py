@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 
 from crr.admin.host_status import HostStatus, host_status
-from crr.admin.reporter_health import FAILING_STATES
+from crr.admin.reporter_health import is_failing
 from crr.projections.freshness import ProjectorLiveness, earliest_expiry, host_at
 from crr.projections.host_table import BoolArray, HostTable, IntArray
 from crr.projections.select import Section
@@ -82,7 +82,7 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Facts:
-    __slots__ = ("key", "reporters", "status", "until", "values")
+    __slots__ = ("failing", "key", "reporters", "status", "until", "values")
 
     def __init__(self, key: object, snap: HostSnapshot, now: float) -> None:
         self.key = key
@@ -90,6 +90,8 @@ class _Facts:
         self.status: HostStatus = host_status(shown, now)
         self.values = Counter(e.state for e in shown.values.values())
         self.reporters = tuple(st.state for st in snap.reporters.values())
+        self.failing = sum(map(is_failing, snap.reporters.values()))
+        """Its failing reporters, by the rule `crr health` lists them with."""
         self.until = earliest_expiry(shown)
         """Until then these facts hold (`shown` has nothing due before it)."""
 
@@ -193,7 +195,7 @@ def query(table: HostTable, facts: HostFacts, now: float, *,
             if status is not None and f.status != status:
                 continue
             if reporter_state is not None and not (
-                    any(s in FAILING_STATES for s in f.reporters) if reporter_state == "failing"
+                    f.failing > 0 if reporter_state == "failing"
                     else reporter_state in f.reporters):
                 continue
             chosen.append(i)
@@ -216,10 +218,10 @@ def query(table: HostTable, facts: HostFacts, now: float, *,
 
 
 def summarize(table: HostTable, facts: HostFacts, now: float,
-              ) -> tuple[int, Counter[str], Counter[str], Counter[str]]:
-    """(hosts, hosts per STATUS, values per state, reporters per state) at `now`, the
-    cluster's reporters included."""
-    hosts = 0
+              ) -> tuple[int, Counter[str], Counter[str], Counter[str], int]:
+    """(hosts, hosts per STATUS, values per state, reporters per state, failing reporters)
+    at `now`, the cluster's reporters included."""
+    hosts = failing = 0
     statuses: Counter[str] = Counter()
     values: Counter[str] = Counter()
     reporters: Counter[str] = Counter()
@@ -231,7 +233,9 @@ def summarize(table: HostTable, facts: HostFacts, now: float,
         statuses[f.status] += 1
         values.update(f.values)
         reporters.update(f.reporters)
+        failing += f.failing
     cluster = table.cluster()
     if cluster is not None:
         reporters.update(st.state for st in cluster.reporters.values())
-    return hosts, statuses, values, reporters
+        failing += sum(map(is_failing, cluster.reporters.values()))
+    return hosts, statuses, values, reporters, failing

@@ -5,6 +5,10 @@
   `select[]` expression (or whole requirement string), sorted by any
   column, paged by `offset`/`limit` — the server does the work, so the
   page renders only the visible rows at 50k hosts.
+- `GET /v1/page`: one paint of the page — the host table's page (as above), the
+  summary, the failing reporters, the cluster values, what the bridges apply per
+  row and the page's defaults from the catalog — all judged at one `now`
+  (`ops/rest/page_view.py`).
 - `GET /v1/summary`: hosts per STATUS, values per state, reporters per
   state, projector liveness and lag.
 - `GET /v1/hosts/{host}/timeline?window=1h`: each value and reporter state
@@ -34,7 +38,6 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.params import PathParameter, QueryParameter
 
 from crr.admin.liveness import silent_after
-from crr.admin.reporter_health import FAILING_STATES
 from crr.history.host_timeline import read_timeline, retention
 from crr.history.latency import ReporterLatency, SlowReport, collect, slowest, summarize
 from crr.projections.freshness import ProjectorLiveness, projector_liveness
@@ -43,6 +46,7 @@ from crr.projections.select.columnar import truth
 from crr.projections.timeline import HostTimeline
 from crr.rest.host_query import MAX_LIMIT, HostFacts, HostPage, Summary, query
 from crr.rest.host_query import summarize as count_hosts
+from crr.rest.page_view import PageJudge, PageView, cluster_now, failures
 from crr.schemas.duration import parse_duration
 from crr.schemas.errors import CrrError, NotReadyError
 from crr.schemas.snapshot import ReporterState
@@ -103,6 +107,7 @@ class PageApi:
         self._latency: dict[tuple[float, int], tuple[float, LatencyView]] = {}
         self._latency_lock = asyncio.Lock()
         self._summary: Summary | None = None
+        self.judge = PageJudge()
 
     def _ready(self) -> None:
         if not self.view.ready:
@@ -151,8 +156,14 @@ class PageApi:
     ) -> HostPage:
         """`GET /v1/host-table`."""
         self._ready()
+        return self._host_page(time.time(), offset=offset, limit=limit, match=match,
+                               status=status, reporter_state=reporter_state, sort=sort,
+                               select=select)
+
+    def _host_page(self, now: float, *, offset: int, limit: int, match: str | None,
+                   status: str | None, reporter_state: str | None, sort: str,
+                   select: str | None) -> HostPage:
         view = self.view
-        now = time.time()
         if reporter_state is not None and reporter_state not in REPORTER_STATES:
             raise CrrError(f"unknown reporter state {reporter_state!r}: expected one of "
                            f"{', '.join(sorted(REPORTER_STATES))}")
@@ -169,23 +180,54 @@ class PageApi:
                         ignored_sections=list(compiled.ignored_sections) if compiled
                         else [], note=compiled.note if compiled else None)
 
+    async def page(  # noqa: PLR0917 - one argument per query parameter
+        self,
+        offset: Annotated[int, QueryParameter(ge=0, description="first row")] = 0,
+        limit: Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT,
+                                             description="rows per page")] = 100,
+        match: Annotated[str | None, QueryParameter(
+            max_length=512, description="as for /v1/host-table")] = None,
+        status: Annotated[HostStatusName | None, QueryParameter(
+            description="as for /v1/host-table")] = None,
+        reporter_state: Annotated[str | None, QueryParameter(
+            description="as for /v1/host-table")] = None,
+        sort: Annotated[str, QueryParameter(description="as for /v1/host-table")] = "host",
+        select: Annotated[str | None, QueryParameter(
+            description="as for /v1/host-table")] = None,
+    ) -> PageView:
+        """`GET /v1/page`: the host table's page, the summary, the failures, the cluster
+        values, the bridges' marks and the page's defaults, all at one `now`."""
+        self._ready()
+        view = self.view
+        now = time.time()
+        table = self._host_page(now, offset=offset, limit=limit, match=match, status=status,
+                                reporter_state=reporter_state, sort=sort, select=select)
+        failing, failing_total = failures(view.table, self.facts, view.cluster, now)
+        return PageView(at=now, summary=self.summary_at(now), table=table,
+                        marks=self.judge.marks(view.table, table, view.catalog, now),
+                        failures=failing, failures_total=failing_total,
+                        cluster=cluster_now(view.cluster, now),
+                        display=self.judge.display(view.catalog))
+
     async def summary(self) -> Summary:
         """`GET /v1/summary` (reused for `SUMMARY_TTL` s)."""
         self._ready()
-        view = self.view
         now = time.time()
         cached = self._summary
         if cached is not None and 0 <= now - cached.at < SUMMARY_TTL:
             return cached
-        self.facts.prune(len(view.table))
-        hosts, statuses, values, reporters = count_hosts(view.table, self.facts, now)
-        self._summary = Summary(at=now, hosts=hosts, host_status=dict(statuses),
-                                values=dict(values), reporters=dict(reporters),
-                                failing_reporters=sum(n for s, n in reporters.items()
-                                                      if s in FAILING_STATES),
-                                liveness=self.live(now), position=view.position,
-                                projector_position=view.projector_position)
+        self._summary = self.summary_at(now)
         return self._summary
+
+    def summary_at(self, now: float) -> Summary:
+        """The summary at `now` (uncached)."""
+        view = self.view
+        self.facts.prune(len(view.table))
+        hosts, statuses, values, reporters, failing = count_hosts(view.table, self.facts, now)
+        return Summary(at=now, hosts=hosts, host_status=dict(statuses), values=dict(values),
+                       reporters=dict(reporters), failing_reporters=failing,
+                       liveness=self.live(now), position=view.position,
+                       projector_position=view.projector_position)
 
     async def timeline(
         self,
@@ -238,6 +280,10 @@ def routes(page: PageApi) -> list[HTTPRouteHandler]:
         get("/v1/host-table", tags=["hosts"],
             summary="The status page's host table: filtered, sorted, one page at a time",
             )(page.host_table),
+        get("/v1/page", tags=["hosts"],
+            summary="One paint of the status page: table, summary, failures, cluster, "
+                    "bridges' marks and defaults, at one moment",
+            )(page.page),
         get("/v1/summary", tags=["health"],
             summary="Counts for the status page: hosts, values, reporters, projector",
             )(page.summary),
