@@ -54,7 +54,8 @@ def test_the_long_lived_bridges_have_units() -> None:
     doors = {argv(p)[1] for p in UNITS.glob("crr-bridge-*.service")}
     assert doors == {"slurm", "nfd"}
     readme = (UNITS / "README.md").read_text()
-    assert "STARTD_CRON_CRR" in readme and "elim.crr" in readme
+    assert "STARTD_CRON_CRR" in readme
+    assert "elim.crr" in readme
 
 
 def test_each_metrics_serving_unit_has_its_own_prometheus_port() -> None:
