@@ -38,6 +38,7 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.params import PathParameter, QueryParameter
 
 from crr.admin.liveness import silent_after
+from crr.admin.reporter_health import ReporterHealth
 from crr.history.host_timeline import read_timeline, retention
 from crr.history.latency import ReporterLatency, SlowReport, collect, slowest, summarize
 from crr.projections.freshness import ProjectorLiveness, projector_liveness
@@ -108,6 +109,7 @@ class PageApi:
         self._latency_lock = asyncio.Lock()
         self._summary: Summary | None = None
         self.judge = PageJudge()
+        self._paint: tuple[tuple[int, int], Summary, list[ReporterHealth], int] | None = None
 
     def _ready(self) -> None:
         if not self.view.ready:
@@ -199,15 +201,30 @@ class PageApi:
         values, the bridges' marks and the page's defaults, all at one `now`."""
         self._ready()
         view = self.view
-        now = time.time()
+        now, summary, failing, failing_total = self._judged()
         table = self._host_page(now, offset=offset, limit=limit, match=match, status=status,
                                 reporter_state=reporter_state, sort=sort, select=select)
-        failing, failing_total = failures(view.table, self.facts, view.cluster, now)
-        return PageView(at=now, summary=self.summary_at(now), table=table,
+        return PageView(at=now, summary=summary, table=table,
                         marks=self.judge.marks(view.table, table, view.catalog, now),
                         failures=failing, failures_total=failing_total,
                         cluster=cluster_now(view.cluster, now),
                         display=self.judge.display(view.catalog))
+
+    def _judged(self) -> tuple[float, Summary, list[ReporterHealth], int]:
+        """(now, the summary, the failing rows, how many) for a `/v1/page` answer: reused
+        while the view is at the same position and the answer is under `SUMMARY_TTL` s
+        old (each walks every host), the rest of the answer then judged at its `now`, so
+        every part of a paint is of the same records at the same moment."""
+        view = self.view
+        now = time.time()
+        key = (view.position, view.projector_position)
+        cached = self._paint
+        if cached is not None and cached[0] == key and 0 <= now - cached[1].at < SUMMARY_TTL:
+            return cached[1].at, cached[1], cached[2], cached[3]
+        summary = self.summary_at(now)
+        failing, total = failures(view.table, self.facts, view.cluster, now)
+        self._paint = (key, summary, failing, total)
+        return now, summary, failing, total
 
     async def summary(self) -> Summary:
         """`GET /v1/summary` (reused for `SUMMARY_TTL` s)."""
