@@ -13,6 +13,7 @@ that changed or expired since are looked at again.
 from __future__ import annotations
 
 import fnmatch
+import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -79,6 +80,19 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     """The projector's liveness now (state, last status age, lag, detail)."""
     position: int
     projector_position: int
+
+
+class Counts(msgspec.Struct, frozen=True, kw_only=True):
+    """`summarize`'s counts, and until when they hold if no record changes."""
+
+    hosts: int
+    host_status: dict[str, int]
+    values: dict[str, int]
+    reporters: dict[str, int]
+    failing_reporters: int
+    until: float
+    """The earliest moment a value counted expires (+inf: none): before it, and while no
+    record changes, the same counts hold at any later `now`."""
 
 
 class _Facts:
@@ -217,11 +231,11 @@ def query(table: HostTable, facts: HostFacts, now: float, *,
     return len(idx), rows
 
 
-def summarize(table: HostTable, facts: HostFacts, now: float,
-              ) -> tuple[int, Counter[str], Counter[str], Counter[str], int]:
-    """(hosts, hosts per STATUS, values per state, reporters per state, failing reporters)
+def summarize(table: HostTable, facts: HostFacts, now: float) -> Counts:
+    """Hosts, hosts per STATUS, values per state, reporters per state and failing reporters
     at `now`, the cluster's reporters included."""
     hosts = failing = 0
+    until = math.inf
     statuses: Counter[str] = Counter()
     values: Counter[str] = Counter()
     reporters: Counter[str] = Counter()
@@ -234,8 +248,10 @@ def summarize(table: HostTable, facts: HostFacts, now: float,
         values.update(f.values)
         reporters.update(f.reporters)
         failing += f.failing
+        until = min(until, f.until)
     cluster = table.cluster()
     if cluster is not None:
         reporters.update(st.state for st in cluster.reporters.values())
         failing += sum(map(is_failing, cluster.reporters.values()))
-    return hosts, statuses, values, reporters, failing
+    return Counts(hosts=hosts, host_status=dict(statuses), values=dict(values),
+                  reporters=dict(reporters), failing_reporters=failing, until=until)

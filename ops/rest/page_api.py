@@ -45,7 +45,7 @@ from crr.projections.freshness import ProjectorLiveness, projector_liveness
 from crr.projections.select import Explanation
 from crr.projections.select.columnar import truth
 from crr.projections.timeline import HostTimeline
-from crr.rest.host_query import MAX_LIMIT, HostFacts, HostPage, Summary, query
+from crr.rest.host_query import MAX_LIMIT, Counts, HostFacts, HostPage, Summary, query
 from crr.rest.host_query import summarize as count_hosts
 from crr.rest.page_view import PageJudge, PageView, cluster_now, failures
 from crr.schemas.duration import parse_duration
@@ -110,7 +110,7 @@ class PageApi:
         self._latency_lock = asyncio.Lock()
         self._summary: Summary | None = None
         self.judge = PageJudge()
-        self._paint: tuple[int, Summary, list[ReporterHealth], int] | None = None
+        self._paint: tuple[int, Counts, list[ReporterHealth], int] | None = None
         self._records = 0
         """Host, cluster and catalog records applied by the view (not projector statuses,
         which come every second and change no host): a `/v1/page` summary is reused
@@ -221,21 +221,30 @@ class PageApi:
                         display=self.judge.display(view.catalog))
 
     def _judged(self) -> tuple[float, Summary, list[ReporterHealth], int]:
-        """(now, the summary, the failing rows, how many) for a `/v1/page` answer: reused
-        while the view has applied no host, cluster or catalog record since and the
-        answer is under `SUMMARY_TTL` s old (each walks every host: ~0.5 s at 50k), the
-        rest of the answer then judged at its `now`, so every part of a paint is of the
-        same records at the same moment."""
+        """(now, the summary, the failing rows, how many) for a `/v1/page` answer.
+
+        The counts and the failing rows (each a walk over every host: ~0.5 s at 50k)
+        are reused while the view has applied no host, cluster or catalog record since
+        and no counted value has expired (`Counts.until`): they are then exactly what a
+        walk at `now` would find.  Everything is judged at one `now`."""
         view = self.view
         now = time.time()
-        key = self._records
         cached = self._paint
-        if cached is not None and cached[0] == key and 0 <= now - cached[1].at < SUMMARY_TTL:
-            return cached[1].at, cached[1], cached[2], cached[3]
-        summary = self.summary_at(now)
-        failing, total = failures(view.table, self.facts, view.cluster, now)
-        self._paint = (key, summary, failing, total)
-        return now, summary, failing, total
+        if cached is None or cached[0] != self._records or now >= cached[1].until:
+            self.facts.prune(len(view.table))
+            key = self._records
+            counts = count_hosts(view.table, self.facts, now)
+            failing, total = failures(view.table, self.facts, view.cluster, now)
+            cached = self._paint = (key, counts, failing, total)
+        _, counts, failing, total = cached
+        return now, self._summary_of(counts, now), failing, total
+
+    def _summary_of(self, counts: Counts, now: float) -> Summary:
+        view = self.view
+        return Summary(at=now, hosts=counts.hosts, host_status=counts.host_status,
+                       values=counts.values, reporters=counts.reporters,
+                       failing_reporters=counts.failing_reporters, liveness=self.live(now),
+                       position=view.position, projector_position=view.projector_position)
 
     async def summary(self) -> Summary:
         """`GET /v1/summary` (reused for `SUMMARY_TTL` s)."""
@@ -249,13 +258,8 @@ class PageApi:
 
     def summary_at(self, now: float) -> Summary:
         """The summary at `now` (uncached)."""
-        view = self.view
-        self.facts.prune(len(view.table))
-        hosts, statuses, values, reporters, failing = count_hosts(view.table, self.facts, now)
-        return Summary(at=now, hosts=hosts, host_status=dict(statuses), values=dict(values),
-                       reporters=dict(reporters), failing_reporters=failing,
-                       liveness=self.live(now), position=view.position,
-                       projector_position=view.projector_position)
+        self.facts.prune(len(self.view.table))
+        return self._summary_of(count_hosts(self.view.table, self.facts, now), now)
 
     async def timeline(
         self,

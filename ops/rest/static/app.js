@@ -183,6 +183,8 @@
     $("#hosts thead").replaceChildren(tr);
   }
   let marks = {}, display = { example: null, precision: {}, exports: false, failing_states: [] };
+  let painted;  // resolves at the first paint (a host's page needs the catalog's defaults)
+  const firstPaint = new Promise((resolve) => { painted = resolve; });
   let FAILING_STATES = new Set();  // the server's (a failing row also has `missing`)
   function reportersCell(mark) {
     const reps = (mark && mark.reporters) || [];
@@ -306,6 +308,7 @@
       status.loaded = true;
       status.refreshes++;
       status.paints++;
+      painted();
       pageError(null);
     } catch (e) {
       if (e.problem && (e.status === 400 || e.problem.column !== undefined) && q.select) {
@@ -417,6 +420,7 @@
     });
     $("#host-values tbody").replaceChildren(...values);
     // The explain default is the catalog's own example (never another catalog's names).
+    await Promise.race([firstPaint, new Promise((resolve) => setTimeout(resolve, TIMEOUT_MS))]);
     const expr = $("#select").value.trim() || display.example || "";
     $("#explain").hidden = !expr;
     if (expr) {
