@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from crr.admin.reporter_health import is_failing
+from crr.admin.reporter_health import FAILING_STATES
 from crr.projections.freshness import entry_state
 from crr.schemas.snapshot import HostSnapshot
 
@@ -21,10 +21,8 @@ STATUS_HELP: Final = (
 
 
 def host_status(snap: HostSnapshot, now: float) -> HostStatus:
-    """The worst of: a failing reporter (`crr.admin.reporter_health.is_failing`: the rows
-    `crr health` and the status page list as failing), a stale value, an unknown value;
-    else ok (or empty)."""
-    if any(is_failing(st) for st in snap.reporters.values()):
+    """The worst of: a failing reporter, a stale value, an unknown value; else ok (or empty)."""
+    if any(st.state in FAILING_STATES for st in snap.reporters.values()):
         return "failing"
     states = {entry_state(e, now) for e in snap.values.values()}
     if "stale" in states:

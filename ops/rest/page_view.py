@@ -5,7 +5,9 @@ failures come from this one answer, so they cannot disagree (issue 40: "connecti
 beside "projector live", "Reporter failures: none" beside "1 failing", a row's
 "1 ok" beside a failures table listing that reporter).  Every surface uses the same
 rules: a reporter is failing by `crr.admin.reporter_health.is_failing` (the rows
-`crr health` lists), a host's STATUS by `crr.admin.host_status`.
+`crr health` lists), a host's STATUS by `crr.admin.host_status` (as `crr hosts` shows it:
+there a reporter counts as failing by its state alone, so a `stopped` reporter whose
+values went stale makes a host `stale`, while `crr health` lists the reporter).
 
 Beside each row on the page, what the scheduler bridges apply to that host: the
 features of the catalog's `exports:` that hold and the drain rule that holds, if any
