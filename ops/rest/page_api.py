@@ -218,7 +218,8 @@ class PageApi:
                         marks=self.judge.marks(view.table, table, view.catalog, now),
                         failures=failing, failures_total=failing_total,
                         cluster=cluster_now(view.cluster, now),
-                        display=self.judge.display(view.catalog))
+                        display=self.judge.display(view.catalog),
+                        projectors=list(view.projectors))
 
     def _judged(self) -> tuple[float, Summary, list[ReporterHealth], int]:
         """(now, the summary, the failing rows, how many) for a `/v1/page` answer.

@@ -35,7 +35,7 @@ from crr.projections.select import compile_select
 from crr.rest.host_query import HostFacts, HostPage, Summary
 from crr.schemas.catalog import Catalog
 from crr.schemas.errors import CatalogError, ExpressionError
-from crr.schemas.snapshot import ClusterSnapshot, HostSnapshot
+from crr.schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus
 
 DEFAULT_PRECISION: Final = 1
 """Decimals shown of a numeric resource whose catalog entry sets no `precision`."""
@@ -99,6 +99,8 @@ class PageView(msgspec.Struct, frozen=True, kw_only=True):
     failures_total: int
     cluster: ClusterSnapshot | None
     display: Display
+    projectors: list[ProjectorStatus] = msgspec.field(default_factory=list)
+    """The status records of the current layout's projectors (one per partition)."""
 
 
 def example_expression(catalog: Catalog | None) -> str | None:

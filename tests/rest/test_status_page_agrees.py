@@ -54,7 +54,7 @@ PAINT = """(() => {
   const cells = (h) => row(h) ? [...row(h).children].map((c) => c.textContent.trim()) : null;
   return {
     conn: q('#conn').textContent, connClass: q('#conn').className,
-    liveness: q('#liveness').textContent,
+    liveness: q('#liveness').textContent, projector: q('#projector').textContent,
     failingCard: q('#sum-failing').textContent,
     failureRows: [...document.querySelectorAll('#failures tbody tr')].map(
       (t) => [t.dataset.reporter, t.dataset.host]),
@@ -96,6 +96,8 @@ def assert_agrees(p: dict[str, Any]) -> None:
         assert failing == listed, (host, failing, listed)
     live = page["summary"]["liveness"]
     assert p["liveness"] == f"projector {live['detail']}"
+    [status] = page["projectors"]
+    assert p["projector"] == f"projector seq {status['last_seq']}, lag {status['lag']}"
     assert p["conn"] == "live"
     assert p["connClass"] == "conn up"
     for dt, title in p["times"]:

@@ -150,7 +150,19 @@
     const span = $("#liveness");
     span.textContent = `projector ${live.detail}`;
     span.className = `liveness ${live.state}`;
-    $("#projector").textContent = `events seq ${s.projector_position}, view seq ${s.position}`;
+  }
+  function paintProjectors(all) {
+    const n = all.length ? all[0].partitions ?? null : null;
+    if (!all.length) {
+      $("#projector").textContent = "";
+    } else if (n === null) {
+      $("#projector").textContent = `projector seq ${all[0].last_seq}, lag ${all[0].lag}`;
+    } else {
+      const covered = Math.min(...all.map((q) => q.covered_seq || 0));
+      const lag = all.reduce((sum, q) => sum + q.lag, 0);
+      $("#projector").textContent =
+        `${all.length}/${n} partitions, covered to seq ${covered}, lag ${lag}`;
+    }
   }
 
   // -- the host table (virtual: only rows in view are in the DOM) --------------------
@@ -299,6 +311,7 @@
       renderHead();
       renderBody();
       paintSummary(whole.summary);
+      paintProjectors(whole.projectors);
       cluster = whole.cluster;
       renderCluster();
       paintFailures(whole);
