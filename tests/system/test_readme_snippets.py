@@ -77,3 +77,41 @@ def test_the_snippets_run(nats_url: str, monkeypatch: pytest.MonkeyPatch,
 def test_readme_stays_short() -> None:
     """The README stays at most 450 lines (the rest belongs in docs/)."""
     assert len(Path(README).read_text().splitlines()) <= 450
+
+
+def paragraphs(text: str) -> list[str]:
+    """The paragraphs of a Markdown text outside fenced code blocks."""
+    out: list[str] = []
+    current: list[str] = []
+    fenced = False
+    for line in text.splitlines():
+        if line.strip().startswith("```"):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        if line.strip():
+            current.append(line)
+        elif current:
+            out.append("\n".join(current))
+            current = []
+    if current:
+        out.append("\n".join(current))
+    return out
+
+
+def test_no_garbled_inline_code_in_the_docs() -> None:
+    """Every paragraph of the README and docs/ closes its inline code (issue 40: a
+    paragraph read "…what became of each value:crr report` publishes one report…")."""
+    for path in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+        for para in paragraphs(path.read_text()):
+            assert para.count("`") % 2 == 0, f"{path.name}: {para[:200]}"
+
+
+def test_the_slurm_bridge_doc_opens_with_where_it_belongs() -> None:
+    """docs/bridges-slurm.md opens by pointing at the Slurm section of docs/bridges.md
+    (which exists), not with a note that it does not exist yet."""
+    intro = paragraphs((ROOT / "docs" / "bridges-slurm.md").read_text())[1]
+    assert "did not exist" not in intro
+    assert "(bridges.md#slurm)" in intro
+    assert "\n## Slurm\n" in (ROOT / "docs" / "bridges.md").read_text()
