@@ -32,39 +32,7 @@
     if (cls) e.className = cls;
     return e;
   };
-  // A value as shown: numbers at their resource's display precision (the catalog's
-  // `precision:`, from the server), so a change below it is not a change.
-  let precision = {};
-  function show(v, resource) {
-    const p = precision[resource];
-    if (typeof v === "number" && p !== undefined) return String(Number(v.toFixed(p)));
-    return window.crrCharts.short(v);
-  }
-  function valueCell(entry, resource) {
-    if (!entry) return { text: "-", state: "absent" };
-    if (entry.state === "unknown") return { text: "?", state: "unknown" };
-    if (entry.state === "stale") return { text: "~" + show(entry.last_value, resource), state: "stale" };
-    return { text: show(entry.value, resource), state: "fresh" };
-  }
-  // The one time format: ISO 8601 in UTC with its zone (`2026-12-07T21:40:03Z`).
-  function iso(t) {
-    const ms = typeof t === "number" ? t * 1000 : Date.parse(t);
-    return Number.isFinite(ms) ? new Date(ms).toISOString().replace(/\.\d+Z$/, "Z") : String(t);
-  }
-  // A time relative to the server's `now` (epoch s), the ISO time on hover.
-  function when(t, now, tag = "td") {
-    const cell = el(tag);
-    if (t === null || t === undefined || t === "") { cell.textContent = "-"; return cell; }
-    const at = typeof t === "number" ? t : Date.parse(t) / 1000;
-    const d = now - at, a = Math.abs(d);
-    const span = a < 90 ? `${a.toFixed(1)} s` : a < 5400 ? `${(a / 60).toFixed(1)} min`
-      : `${(a / 3600).toFixed(1)} h`;
-    const t2 = el("time", d >= 0 ? `${span} ago` : `in ${span}`);
-    t2.dateTime = iso(t);
-    t2.title = iso(t);
-    cell.append(t2);
-    return cell;
-  }
+  const { valueCell, iso, when } = window.crrFormat;  // the page's one format (format.js)
   // A cell linking to a host's page (the name percent-encoded), or "(cluster)" for null.
   function hostCell(host, tag = "td") {
     const cell = el(tag);
@@ -282,7 +250,7 @@
                                                 limit: visible + 2 * OVERSCAN });
       const page = whole.table;
       display = whole.display;
-      precision = display.precision;
+      window.crrFormat.setPrecision(display.precision);
       FAILING_STATES = new Set(display.failing_states);
       marks = whole.marks;
       $("#select").placeholder = display.example
