@@ -17,7 +17,7 @@ from crr.rest.page_view import example_expression, precisions
 from crr.schemas.catalog import Catalog, ResourceSpec
 from crr.schemas.subjects import event_subject
 from crr.schemas.wire_time import format_time
-from tests.rest.test_status_page_agrees import CATALOG, report
+from tests.rest.test_rest_status_page_agrees import CATALOG, report
 from tests.support.faults import eventually
 from tests.support.projector import FAST_CATALOG, publish_catalog, publish_report
 from tests.support.rest import running_api

@@ -4,7 +4,7 @@ table and the failures table say the same thing; the defaults come from the acti
 catalog; one time format; jitter below a resource's display precision is not a change;
 each row shows what the bridges apply (features, drain).
 
-Waits happen inside the page (`tests.rest.test_status_page.until`), never on time.
+Waits happen inside the page (`tests.rest.test_rest_status_page.until`), never on time.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from nats.aio.client import Client
 from crr.schemas.catalog_loader import load_catalog_text
 from crr.schemas.subjects import event_subject
 from crr.schemas.wire_time import format_time
-from tests.rest.test_status_page import CHROMIUM, DevTools, chromium, until
+from tests.rest.test_rest_status_page import CHROMIUM, DevTools, chromium, until
 from tests.support.projector import publish_catalog, publish_report
 from tests.support.rest import running_api
 
