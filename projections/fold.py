@@ -57,7 +57,13 @@ from crr.schemas.catalog import Catalog
 from crr.schemas.codec import decode_event
 from crr.schemas.errors import PayloadError
 from crr.schemas.events import Health, Inventory, Report
-from crr.schemas.subjects import ADMIN_HOST_PREFIX, CATALOG, DEADLETTER, EventAddress
+from crr.schemas.subjects import (
+    ADMIN_BRIDGE_PREFIX,
+    ADMIN_HOST_PREFIX,
+    CATALOG,
+    DEADLETTER,
+    EventAddress,
+)
 
 __all__ = ["Changes", "advance", "apply", "expire", "fold", "install", "next_deadline",
            "set_catalog"]
@@ -150,6 +156,8 @@ def _apply(state: ProjectionState, env: Envelope, acc: Acc) -> str | None:
         return None  # the projector's own output, captured by CRR_EVENTS: nothing to fold
     if subject.startswith(ADMIN_HOST_PREFIX):
         return apply_forget(state, env, acc)
+    if subject.startswith(ADMIN_BRIDGE_PREFIX):
+        return None  # a bridge's instruction (`crr bridge release`): for the bridge and the record
     addr = address(subject)
     if isinstance(addr, str):
         return addr

@@ -29,6 +29,7 @@ from typing import Literal
 
 from crr.projections.exports import NodeWant
 from crr.schemas.catalog import Exports, limit_of
+from crr.schemas.wire_time import format_time
 
 ChangeKind = Literal["drain", "resume", "features"]
 NOTHING = NodeWant(features=frozenset(), drain=None)
@@ -102,15 +103,18 @@ class Change:
     features: frozenset[str] = frozenset()
     """The node's crr features after the change (a feature change)."""
 
-    def describe(self, now: float) -> str:
-        """One line: `node017 drains in 20s unless …` / `… drains (held)`."""
-        wait = self.due_at - now
+    def describe(self, now: float, *, at: bool = False) -> str:
+        """One line: `node017 drains (reason) in 20s unless the rule clears` (with `at`:
+        `… at 2026-12-07T22:01:05.000Z unless …`), or, when due, what it does."""
+        wait = (1.0 if at else self.due_at - now)
         verb = {"drain": f"drains ({self.drain})", "resume": f"resumes (was: {self.drain})",
                 "features": f"features -> {','.join(sorted(self.features)) or '(none)'}"}
         if wait > 0:
             cond = {"drain": "unless the rule clears", "resume": "unless the rule holds again",
                     "features": "unless the value goes back"}
-            return f"{self.node} {verb[self.kind]} in {wait:.0f}s {cond[self.kind]}"
+            when = (f"at {format_time(self.due_at)}" if at
+                    else f"in {wait:.0f}s")
+            return f"{self.node} {verb[self.kind]} {when} {cond[self.kind]}"
         return f"{self.node} {verb[self.kind]}"
 
 
@@ -221,7 +225,7 @@ class Gate:
         managed = len(nodes)
         drained = sum(1 for w in decided.values() if w.drain is not None)
         apply_d, held_d = self._guard("drain", due_drain, drained, limits.max_drained,
-                                      managed, free)
+                                      managed, free=free)
         for c in apply_d:
             self._set_drain(c.node, c.drain)
         while self._changed and self._changed[0][0] <= now - limits.window:
@@ -230,7 +234,7 @@ class Gate:
         fresh = [c for c in due_feat if c.node not in recent]
         again = [c for c in due_feat if c.node in recent]
         apply_f, held_f = self._guard("features", fresh, len(recent), limits.max_changed,
-                                      managed, free)
+                                      managed, free=free)
         apply_f = [*again, *apply_f] if not held_f else apply_f
         held_f = [*again, *held_f] if held_f else held_f
         for c in apply_f:
@@ -242,7 +246,7 @@ class Gate:
                           trips=tuple(self.tripped.values()), released=released and bool(applied))
 
     def _guard(self, kind: Literal["drain", "features"], due: list[Change], used: int,
-               limit: int, managed: int, free: bool) -> tuple[list[Change], list[Change]]:
+               limit: int, managed: int, *, free: bool) -> tuple[list[Change], list[Change]]:
         """Split `due` into applied and held under `limit` (`used` already counted).
         `free` False (released, suspended): everything, and the trip ends."""
         if not due or not free:

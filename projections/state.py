@@ -42,7 +42,7 @@ from crr.schemas.events import Device, Health, Inventory, Pool, Report
 
 LIFECYCLE_STATES = frozenset({
     "failed", "timeout", "bad_output", "crashed", "quarantined", "restarting",
-    "not_applicable", "stopped",
+    "not_applicable", "stopped", "held", "holding",
 })
 """Health states that win over the projector's own findings (`silent`, `rejecting`)."""
 

@@ -216,7 +216,8 @@ def _convert_exports(raw: Any, resources: dict[str, ResourceSpec],
     if not isinstance(raw_features, dict):
         problems.append("exports.features: expected a mapping of feature name → expression")
         raw_features = {}
-    for name, expr in raw_features.items():
+    for name, given in raw_features.items():
+        expr = given
         where = f"exports.features.{name}"
         if not isinstance(name, str):
             problems.append(f"{where}: a feature name must be a string")
@@ -348,6 +349,7 @@ def _guard(raw: Any, problems: list[str]) -> GuardSpec | None:
     out: dict[str, Any] = {}
     for key, value in raw.items():
         where = f"exports.guard.{key}"
+        got: Any
         if key in ("max_drained", "max_changed"):
             got = _limit(value, where, problems)
         elif key == "window":
