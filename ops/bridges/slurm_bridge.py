@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
@@ -37,7 +38,7 @@ from crr.bridges.slurm import Reconciled, SlurmDoor, SlurmNode, Update
 from crr.bus.retry import Backoff
 from crr.producers.external import ExternalPublisher
 from crr.projections.exports import CompiledExports, NodeWant
-from crr.projections.guard import Gate, GateResult, Limits, Timing
+from crr.projections.guard import Change, Gate, GateResult, Limits, Timing
 from crr.schemas.catalog import EMPTY_EXPORTS, Catalog
 from crr.schemas.errors import SchedulerCommandError
 from crr.schemas.events import HealthState
@@ -122,6 +123,8 @@ class SlurmBridge:
         self.gated: GateResult | None = None
         """The last cycle's gate decision: applied, held, pending, trips."""
         self.released_by: str | None = None
+        self.history: deque[tuple[float, Change]] = deque(maxlen=1024)
+        """The latest changes the gate let through, with the cycle's time (newest last)."""
         self._changed = asyncio.Event()
         self.cycled = asyncio.Condition()
         """Notified after every cycle (tests and the bench wait on it, not on time)."""
@@ -185,6 +188,7 @@ class SlurmBridge:
         res = self.gate.step(raw, now, Timing.of(exports),
                              Limits.for_nodes(exports, len(observed)), shown_drains=shown)
         self.gated = res
+        self.history.extend((now, c) for c in res.applied)
         if res.released:
             log.warning("released by %s: %d held change(s) applied", self.released_by or "?",
                         len(res.applied))

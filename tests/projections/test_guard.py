@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import itertools
 
-import itertools
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
