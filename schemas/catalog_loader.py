@@ -261,6 +261,19 @@ def _convert_exports(raw: Any, resources: dict[str, ResourceSpec],
             problems.append(f"exports.values[{i}]: {name!r} is listed twice")
             continue
         values.append(name)
+    wire_settle = raw.get("feature_settle") or {}
+    if not isinstance(wire_settle, dict):
+        problems.append("exports.feature_settle: expected a mapping of feature → duration")
+        wire_settle = {}
+    for name, value in wire_settle.items():
+        # The wire form of the object form `{when, settle}` (an encoded catalog).
+        where = f"exports.feature_settle.{name}"
+        if name not in features:
+            problems.append(f"{where}: no feature named {name!r} in exports.features")
+            continue
+        got = _duration(value, where, problems)
+        if not isinstance(got, msgspec.UnsetType):
+            feature_settle.setdefault(name, got)
     guard: GuardSpec | msgspec.UnsetType = msgspec.UNSET
     if raw.get("guard") is not None:
         guard = _guard(raw["guard"], problems) or msgspec.UNSET
@@ -274,7 +287,7 @@ def _convert_exports(raw: Any, resources: dict[str, ResourceSpec],
                    feature_settle=dict(sorted(feature_settle.items())) or msgspec.UNSET)
 
 
-_EXPORTS_KEYS = frozenset({"features", "drain", "values", "guard", "settle"})
+_EXPORTS_KEYS = frozenset({"features", "drain", "values", "guard", "settle", "feature_settle"})
 
 
 def _duration(raw: Any, where: str, problems: list[str]) -> float | msgspec.UnsetType:
