@@ -123,6 +123,10 @@ class SlurmBridge:
         self.gated: GateResult | None = None
         """The last cycle's gate decision: applied, held, pending, trips."""
         self.released_by: str | None = None
+        self.holding: str | None = None
+        """Set (with why: the watermark, the lag, `N s of outage_hold left`) while crr's own
+        input is behind and the bridge holds the last state: its Health says `holding`.
+        The freshness judgement sets it (issue 39 part 1); None: not holding."""
         self.history: deque[tuple[float, Change]] = deque(maxlen=1024)
         """The latest changes the gate let through, with the cycle's time (newest last)."""
         self._changed = asyncio.Event()
@@ -254,6 +258,8 @@ class SlurmBridge:
             said = ("failed", self.status.plan_error)
         elif self.gated is not None and self.gated.trips:
             said = ("held", self.held_detail())
+        elif self.holding is not None:
+            said = ("holding", self.holding)
         else:
             unknown = f", {len(st.unknown_nodes)} unknown to Slurm" if st.unknown_nodes else ""
             said = ("ok", f"{st.nodes} Slurm nodes{unknown}{self._pending_note()}")

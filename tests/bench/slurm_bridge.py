@@ -19,9 +19,10 @@ which does not matter to feature updates).  Measured:
 3. **report → `scontrol show node` shows the node drained** (p50/p99), with the guard on
    (the defaults: `max_drained` 10% = 200 of 2,000, `max_changed` 20% per 5 min) and a
    drain rule with `for: 0s`, `resume_after: 0s`: a report sets `fs_healthy=false` on one
-   random node; the time until `scontrol show node <node> --oneliner` shows `DRAIN`,
-   polled every 20 ms; then `fs_healthy=true` and the resume is awaited (not timed), so
-   the guard never trips — what is measured is the gate's cost on the way.
+   random node (a different one each time); the time until `scontrol show node <node>
+   --oneliner` shows `DRAIN`, polled every 20 ms.  The nodes stay drained (a node with no
+   slurmd is UNKNOWN, and slurmctld refuses to resume an UNKNOWN+DRAIN node): 40 of the
+   200 allowed, so the guard never trips — what is measured is the gate's cost on the way.
 
 Writes `slurm-bench.json` in `--out`.  Not a test: it runs for about a minute.
 """
@@ -191,8 +192,7 @@ async def drain_phase(slurm: SlurmCluster, nc: Any, view: Any, nodes: list[str],
     try:
         async with bridge.cycled:
             await asyncio.wait_for(bridge.cycled.wait(), 120)
-        for _ in range(samples):
-            node = rng.choice(nodes)
+        for node in rng.sample(nodes, samples):
             seq += 1
             t0 = time.perf_counter()
             await publish_report(nc, "health", node, {"fs_healthy": False}, seq=seq)
@@ -202,13 +202,6 @@ async def drain_phase(slurm: SlurmCluster, nc: Any, view: Any, nodes: list[str],
                     raise AssertionError(f"{node}: not drained in 30 s")
                 await asyncio.sleep(POLL)
             took.append(time.perf_counter() - t0)
-            seq += 1
-            await publish_report(nc, "health", node, {"fs_healthy": True}, seq=seq)
-            deadline = time.perf_counter() + 30
-            while drained(slurm, node):  # resumed before the next sample
-                if time.perf_counter() > deadline:
-                    raise AssertionError(f"{node}: not resumed in 30 s")
-                await asyncio.sleep(POLL)
     finally:
         stop.set()
         await asyncio.wait_for(task, 30)

@@ -1,12 +1,15 @@
 """The Slurm bridge's brakes against a real slurmctld (20 nodes): the guard holds a bad
 rollout and `crr bridge release` lets it through (d), an oscillating value does not flap
-(e), a real failure is drained after `for:` and no later than `for:` + `--interval` (f)."""
+(e), a real failure is drained after `for:` and no later than `for:` + `--interval` (f);
+`--dry-run` shows what is held and pending."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -166,3 +169,34 @@ async def test_a_real_failure_drains_after_for(nc: Client, slurm: SlurmCluster) 
         assert drained(slurm) == {"node007"}
         assert not [c for _, c in b.history if c.node == "node008"]
     assert 2.0 <= took <= 3.0, took
+
+
+async def test_dry_run_shows_held_and_pending(nc: Client, slurm: SlurmCluster) -> None:
+    """`--dry-run` prints what the guard holds (with the numbers) and what is pending with
+    its time; Slurm stays as it was."""
+    yaml = catalog("for: 0s, resume_after: 0s", "  guard: {max_drained: 1}").replace(
+        "exports:\n", "exports:\n  features: {tagged: {when: 'fs_healthy', settle: 30s}}\n")
+    out = io.StringIO()
+    await publish_catalog(nc, load_catalog_text(yaml))
+    async with running_projector(nc), loaded_view(nc, 20) as view:
+        b = SlurmBridge(view, SlurmDoor(SlurmCommands(env=slurm.env, timeout=20)),
+                        interval=1.0, min_gap=0.05, dry_run=True, out=out)
+        stop = asyncio.Event()
+        task = asyncio.create_task(b.run(stop))
+        try:
+            await eventually(lambda: b.gated is not None, 20, "a first cycle")
+            await report_all(nc, False, 1, ["node001", "node002", "node003"])
+            await report_all(nc, True, 1, ["node004"])
+            await eventually(lambda: "# pending: node004" in out.getvalue()
+                             and "# held: node003" in out.getvalue(), 20, "held and pending")
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 10)
+    text = out.getvalue()
+    assert "# held: 3 of 20 nodes would drain; limit 1 (2 held)" in text
+    assert "# held: node002 drains (scratch file system unhealthy)" in text
+    assert re.search(r"# pending: node004 features -> tagged in (29|30)s unless the value "
+                     r"goes back", text), text
+    assert "scontrol update NodeName=node001 State=DRAIN" in text
+    assert drained(slurm) == set()
+    assert b.door.status.changes == 0
