@@ -235,8 +235,7 @@ class Gate:
         again = [c for c in due_feat if c.node in recent]
         apply_f, held_f = self._guard("features", fresh, len(recent), limits.max_changed,
                                       managed, free=free)
-        apply_f = [*again, *apply_f] if not held_f else apply_f
-        held_f = [*again, *held_f] if held_f else held_f
+        apply_f = [*again, *apply_f]  # nodes counted in this window already: always fit
         for c in apply_f:
             self._set_features(c.node, c.features)
             self._changed.append((now, c.node))
