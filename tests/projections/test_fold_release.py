@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from crr.projections.envelope import Envelope
 from crr.projections.fold import apply
-from crr.projections.history import Cut, Replay
+from crr.projections.history import CapturePoint, Replay
 from crr.projections.state import ProjectionState
 from crr.schemas.codec import encode
 from crr.schemas.events import BridgeRelease
@@ -27,7 +27,7 @@ def test_the_projector_folds_a_release_as_a_no_op() -> None:
 
 
 def test_replay_tells_who_released_what() -> None:
-    replay = Replay([Cut(seq=0), Cut(seq=5)], log_window=True)
+    replay = Replay([CapturePoint(seq=0), CapturePoint(seq=5)], log_window=True)
     replay.feed(Envelope(seq=1, subject=release_subject("slurm"), received_at=10.0,
                          data=encode(RELEASE)))
     replay.finish()
