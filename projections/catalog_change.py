@@ -90,7 +90,7 @@ def _recatalog(
         # the newer batch below cannot bring the overwritten value back.
         seen: set[str] = set()
         for batch in reversed(rs.batches):
-            values = batch.materialise()
+            values = batch.values
             shadowed = seen.intersection(values)
             seen.update(values)
             for name in shadowed:

@@ -99,7 +99,6 @@ def record_of(snap: CheckpointRecord) -> Record:
         if batch is None:
             values: dict[str, Any] = {}
             batch = by_key[key] = Batch(values, v.observed_at, v.received_ts, values.keys())
-        assert batch.values is not None
         if v.state == "stale":
             batch.values[name] = v.last_value
             if batch.stale is None:
