@@ -91,6 +91,7 @@ def _recatalog(
         seen: set[str] = set()
         for batch in reversed(rs.batches):
             values = batch.values
+            batch.keyset = values.keys()  # (edited below: not the plan's set of names)
             shadowed = seen.intersection(values)
             seen.update(values)
             for name in shadowed:

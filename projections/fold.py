@@ -8,7 +8,7 @@ Where a report becomes a snapshot value — the path of one stored message:
 2. A report from a reporter the catalog knows is decoded by that reporter's
    typed decoder (`crr.projections.plan.ReporterPlan.decoder`); if every value
    it sets is one it owns, valid, the decode *was* the validation
-   (`crr.projections.reports.typed_batch`, the fast validation; the hot path)
+   (`crr.projections.reports.apply_typed`, the fast validation; the hot path)
    and the report goes to the one store (`crr.projections.reports.store`).
 3. Anything else is decoded once, generically (`_apply`), and dispatched on
    its type with `match` (`crr.projections.event_dispatch`): a report is checked
@@ -52,7 +52,7 @@ from crr.projections.event_dispatch import apply_event
 from crr.projections.expiry import expire_due, push_refreshed
 from crr.projections.forgetting import apply_forget
 from crr.projections.plan import compile_plan
-from crr.projections.reports import impostor, store, typed_batch
+from crr.projections.reports import apply_typed, impostor
 from crr.projections.state import Held, ProjectionState, Record, compact_heap
 from crr.schemas.catalog import Catalog
 from crr.schemas.codec import decode_event
@@ -96,15 +96,13 @@ def apply(state: ProjectionState, env: Envelope) -> Changes:
     state.seq = env.seq
     addr = address(env.subject)
     # The common case, kept cheap: a report whose values its reporter owns, all valid.
-    if type(addr) is EventAddress and addr.kind == "report" and state.typed_validation:
-        batch = typed_batch(state, env, addr)
-        if batch is not None:
-            host = addr.host
-            store(state, host, addr.reporter, batch, at=(env.seq, t))
-            if acc is None:
-                return _CLUSTER_CHANGED if host is None else _host_changed(host)
-            acc.touch(host)
-            return acc.result()
+    if (type(addr) is EventAddress and addr.kind == "report" and state.typed_validation
+            and apply_typed(state, env, addr)):
+        host = addr.host
+        if acc is None:
+            return _CLUSTER_CHANGED if host is None else _host_changed(host)
+        acc.touch(host)
+        return acc.result()
     if acc is None:
         acc = Acc(env.seq, t)
     reason = _apply(state, env, acc)

@@ -2,7 +2,7 @@
 
 A report is validated one of two ways, then stored by the one `store`:
 
-- **the fast validation** (`typed_batch`): a report from a reporter the catalog
+- **the fast validation** (`apply_typed`): a report from a reporter the catalog
   knows is decoded by that reporter's typed decoder
   (`crr.projections.plan.ReporterPlan.decoder`); if every value it sets is one
   the reporter owns, valid, the decode *was* the validation;
@@ -11,13 +11,14 @@ A report is validated one of two ways, then stored by the one `store`:
   generically, is checked value by value; rejected values are counted on the
   reporter with their reasons.
 
-Either way the accepted values become one `Batch` (its values a dict in name
-order) and `store` records it: the reporter's batches, status and deadlines
-(every deadline through `crr.projections.deadlines.push`).
+Either way `store` records the accepted values: as one `Batch` (its values a
+dict in name order), the reporter's status, the deadlines (every deadline
+through `crr.projections.deadlines.push`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import Any, Final
 
 import msgspec
@@ -25,6 +26,7 @@ import msgspec
 from crr.projections.changes import Acc
 from crr.projections.deadlines import new_reporter, push
 from crr.projections.envelope import Envelope
+from crr.projections.plan import ReporterPlan
 from crr.projections.state import MAX_REJECTIONS, Batch, ProjectionState
 from crr.projections.validation import Rejected, short, validate_value
 from crr.schemas.catalog import Catalog
@@ -61,51 +63,60 @@ def _all_wrong_scope(catalog: Catalog, values: dict[str, Any], scope: str) -> bo
 _NO_REASONS: Final[list[str]] = []  # shared, never mutated (records replace, not append)
 
 
-def typed_batch(state: ProjectionState, env: Envelope, addr: EventAddress) -> Batch | None:
-    """The fast validation: the report's values as a `Batch` when the one typed decode of
-    its reporter's plan validates every value it sets; no per-value work.
+def apply_typed(state: ProjectionState, env: Envelope, addr: EventAddress) -> bool:
+    """The fast validation, then `store`: whether the report was stored.
 
-    None: no plan (before the first catalog), the typed decode failed (a value unknown
-    or invalid), or the payload names someone its subject does not: the state is
-    untouched, and the value-by-value check decodes the report once more, generically,
-    to sort out what is wrong (or dead-letter it).
+    A report is stored here when the one typed decode of its reporter's plan validates
+    every value it sets (no per-value work).  False: no plan (before the first
+    catalog), the typed decode failed (a value unknown or invalid), or the payload
+    names someone its subject does not: the state is untouched, and the value-by-value
+    check decodes the report once more, generically, to sort out what is wrong (or
+    dead-letter it).
     """
     _, reporter, host = addr
-    plan = state.plan.reporters.get((reporter, "cluster" if host is None else "host"))
-    if plan is None:
-        return None
+    rp = state.plan.reporters.get((reporter, "cluster" if host is None else "host"))
+    if rp is None:
+        return False
     try:
         # One decode for full and partial reports alike: a full one leaves nothing `UNSET`.
-        report = plan.decoder.decode(env.data)
+        report = rp.decoder.decode(env.data)
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
+        return False
     if report.reporter != reporter or report.host != host:
-        return None
+        return False
     # The values it sets, in name order: the typed struct's fields are the names, sorted,
     # renamed, and `to_builtins` leaves out what is UNSET (its value types,
     # int/float/bool/str/list[str]/None, come back as they are).
     values: dict[str, Any] = msgspec.to_builtins(report.values)
-    for name in plan.set_names:
+    for name in rp.set_names:
         v = values.get(name)
         if v is not None:
             values[name] = sorted(set(v))
-    return Batch(values, report.observed_at, env.received_at, values.keys())
+    # A report of every resource its reporter owns shares the plan's set of names.
+    names = rp.keyset if len(values) == len(rp.names) else values.keys()
+    t = env.received_at
+    store(state, host, reporter, values, names, report.observed_at, t, (env.seq, t), 0,
+          _NO_REASONS, rp)
+    return True
 
 
-def store(state: ProjectionState, host: str | None, reporter: str, batch: Batch, *,
-          at: tuple[int, float], rejected: int = 0, reasons: list[str] = _NO_REASONS,
-          ) -> None:
-    """Record an applied report: its accepted values (`batch`, a new one), the reporter's
-    status, the deadlines; `rejected` values were refused (`reasons`: the first few).
-    The record is stamped `at` (sequence, time)."""
-    t = batch.received_at
+def store(  # noqa: PLR0917 - positional: the hot path calls it once per report
+    state: ProjectionState, host: str | None, reporter: str, values: dict[str, Any],
+    names: AbstractSet[str], observed_at: str, t: float, at: tuple[int, float],
+    rejected: int = 0, reasons: list[str] = _NO_REASONS, rp: ReporterPlan | None = None,
+) -> None:
+    """The one store: record a report's accepted `values` (in name order; `names`: a set
+    of the same names), observed at `observed_at`, received at `t`: the reporter's
+    batches, its status, the deadlines.  `rejected` values were refused (`reasons`: the
+    first few).  The record is stamped `at` (sequence, time).  `rp`: the reporter's plan
+    for this scope, when the caller has it."""
     rec = state.hosts.get(host) if host is not None else state.cluster
     if rec is None:
         rec = state.record(host)
     rs = rec.reporters.get(reporter)
-    names = batch.keyset
     plan = state.plan
-    rp = plan.reporters.get((reporter, "cluster" if host is None else "host"))
+    if rp is None:
+        rp = plan.reporters.get((reporter, "cluster" if host is None else "host"))
     uniform = rp.uniform_life if rp is not None else None
     if (rs is not None and uniform is not None and names and not rejected and rs.state == "ok"
             and not rs.silent and not rs.rejected and rs.since is not None and rs.batches):
@@ -113,14 +124,17 @@ def store(state: ProjectionState, host: str | None, reporter: str, batch: Batch,
         # a report without rejections.  One deadline for the batch; its status stays.
         batches = rs.batches
         deadline = t + uniform
-        old = _refreshable(state, batches, names, deadline)
+        last = batches[-1]
+        old = last if (len(batches) == 1 and (last.keyset is names or last.keyset == names)
+                       and 0.0 < last.due <= deadline and state.refresh_in_place
+                       ) else _refreshable(state, batches, names, deadline)
         if old is not None:
-            old.values, old.keyset = batch.values, names
-            old.observed_at, old.received_at, old.due = batch.observed_at, t, deadline
+            old.values, old.keyset = values, names
+            old.observed_at, old.received_at, old.due = observed_at, t, deadline
         else:
             if len(batches) > 1 or batches[0].keyset <= names:
                 _drop_shadowed(batches, names)
-            batch.due = deadline
+            batch = Batch(values, observed_at, t, names, due=deadline)
             batches.append(batch)
             push(state, deadline, host, reporter, batch)
         silent_at = t + rp.silent_life  # type: ignore[union-attr]  # (uniform: rp is set)
@@ -136,6 +150,7 @@ def store(state: ProjectionState, host: str | None, reporter: str, batch: Batch,
         rs = rec.reporters[reporter] = new_reporter(state, reporter, host, t, names)
     silent_at = t + plan.reporter_lifetime(reporter)
     if names:
+        batch = Batch(values, observed_at, t, names)
         batches = rs.batches
         if not batches:
             batches.append(batch)
@@ -265,8 +280,8 @@ def apply_report(
         accepted[name] = checked
     if list(accepted) != sorted(accepted):  # a batch's values are in name order
         accepted = dict(sorted(accepted.items()))
-    batch = Batch(accepted, report.observed_at, received_at, accepted.keys())
-    store(state, host, reporter, batch, at=(acc.at_seq, acc.at_time), rejected=rejected,
+    store(state, host, reporter, accepted, accepted.keys(), observed_at=report.observed_at,
+          t=received_at, at=(acc.at_seq, acc.at_time), rejected=rejected,
           reasons=reasons or _NO_REASONS)
     acc.touch(host)
     return None

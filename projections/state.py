@@ -62,7 +62,8 @@ class Batch(msgspec.Struct, gc=False):
     observed_at: str
     received_at: float
     keyset: AbstractSet[str]
-    """The names this batch holds (`values.keys()`)."""
+    """The names this batch holds: `values.keys()`, or for a report of every resource its
+    reporter owns the plan's set of them (`crr.projections.plan.ReporterPlan.keyset`)."""
     stale: dict[str, float] | None = None
     """Names of this batch that went stale, with their `stale_since`."""
     dead: bool = False
@@ -184,7 +185,7 @@ class ProjectionState:
     def __init__(self, *, typed_validation: bool = True, refresh_in_place: bool = True) -> None:
         self.typed_validation: bool = typed_validation
         """A public switch: True (the default) puts the fast validation (one typed decode,
-        `crr.projections.reports.typed_batch`) in front of the one store; False sends
+        `crr.projections.reports.apply_typed`) in front of the one store; False sends
         every report through the value-by-value check.  Both store the same: tests hold
         them equal (tests/projections/test_fold_properties.py)."""
         self.refresh_in_place: bool = refresh_in_place
