@@ -114,9 +114,8 @@ def store(  # noqa: PLR0917 - positional: the hot path calls it once per report
     if rec is None:
         rec = state.record(host)
     rs = rec.reporters.get(reporter)
-    plan = state.plan
     if rp is None:
-        rp = plan.reporters.get((reporter, "cluster" if host is None else "host"))
+        rp = state.plan.reporters.get((reporter, "cluster" if host is None else "host"))
     uniform = rp.uniform_life if rp is not None else None
     if (rs is not None and uniform is not None and names and not rejected and rs.state == "ok"
             and not rs.silent and not rs.rejected and rs.since is not None and rs.batches):
@@ -148,6 +147,7 @@ def store(  # noqa: PLR0917 - positional: the hot path calls it once per report
         return
     if rs is None:
         rs = rec.reporters[reporter] = new_reporter(state, reporter, host, t, names)
+    plan = state.plan
     silent_at = t + plan.reporter_lifetime(reporter)
     if names:
         batch = Batch(values, observed_at, t, names)
