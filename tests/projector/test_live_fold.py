@@ -1,6 +1,6 @@
 """The projector's live fold (`crr.projector.live_fold.LiveFold`) on its own.
 
-Given a live fold (its position, writer and metrics real objects over a real server's
+Given a live fold (its position and metrics real objects over a real server's
 connection, nothing written), when stored messages are folded, then the state, the dirty
 records, the dead letters and the position follow; restored records waiting (`Lazy`,
 `Deferred`) are placed before the fold needs them.
@@ -23,7 +23,6 @@ from crr.projections.record.snapshot import host_snapshot
 from crr.projector.live_fold import LiveFold
 from crr.projector.metrics import ProjectorMetrics
 from crr.projector.position import Position
-from crr.projector.snapshot_writer import SnapshotWriter
 from crr.projector.status import Origin
 from crr.schemas.codec import encode
 from tests.support.fold import T0, catalog_env, report_env
@@ -47,7 +46,7 @@ class _Idle:
 def _live(nc: Client, owns: Callable[[str], bool] | None = None,
           wake: asyncio.Event | None = None) -> tuple[LiveFold, Position]:
     pos = Position(jetstream(nc), None)
-    live = LiveFold(pos=pos, writer=SnapshotWriter(nc), metrics=ProjectorMetrics(_Idle()),
+    live = LiveFold(pos=pos, metrics=ProjectorMetrics(_Idle()),
                     origin=Origin(), wake=wake or asyncio.Event(), owns=owns)
     return live, pos
 
