@@ -29,6 +29,13 @@ from crr.commands.agent import short_hostname
 from crr.runtime.shutdown import stopping
 from crr.schemas.errors import CrrError
 
+BRIDGE_HELP = ("Feed crr's snapshot to a scheduler's own node facts: each door keeps its "
+               "target in line with the active catalog's `exports:` (features, drain rules, "
+               "values; docs/bridges.md).  nfd, condor and elim follow one host's record "
+               "(--host, default: this host); slurm follows the whole cluster "
+               "(docs/bridges-slurm.md).")
+"""`crr bridge --help`'s description (the module doc is for developers)."""
+
 
 def _host_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default=None,
@@ -45,7 +52,7 @@ def _host_options(p: argparse.ArgumentParser) -> None:
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add `crr bridge` and its doors."""
     p = sub.add_parser("bridge", help="feed a scheduler (NFD, HTCondor, LSF, Slurm) from crr",
-                       description=__doc__)
+                       description=BRIDGE_HELP)
     doors = p.add_subparsers(dest="door", metavar="DOOR")
     doors.required = True
 
