@@ -48,10 +48,12 @@ async def _subjects(nc: Client) -> list[str]:
     return [m.subject for m in await stored_events(nc)]
 
 
-@pytest.mark.parametrize("door", [["elim"], ["condor"], ["nfd", "--dir", "."]])
-async def test_a_catalog_without_exports_is_an_error_naming_the_fix(nc: Client, nats_url: str,
-                                                                    door: list[str]) -> None:
+@pytest.mark.parametrize("door", [["elim"], ["condor"], ["nfd", "--dir"]])
+async def test_a_catalog_without_exports_is_an_error_naming_the_fix(
+        nc: Client, nats_url: str, door: list[str], tmp_path: Path) -> None:
     """No `exports:`: exit 1 with the fix and the doc, not exit 0 having written nothing."""
+    if door[-1] == "--dir":
+        door = [*door, str(tmp_path)]
     async with running_projector(nc) as projector:
         await projector.wait_until(await publish_catalog(nc, NO_EXPORTS), 10)
         ran = await crr("bridge", *door, "--host", "n1", "--once", "--server", nats_url)
@@ -60,6 +62,7 @@ async def test_a_catalog_without_exports_is_an_error_naming_the_fix(nc: Client, 
     assert "has no `exports:`" in ran.err
     assert "docs/bridges.md" in ran.err
     assert "crr catalog apply" in ran.err
+    assert not (tmp_path / "crr").exists()
 
 
 async def test_once_for_a_host_the_snapshot_does_not_know_is_an_error(world: Client,
