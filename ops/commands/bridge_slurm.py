@@ -13,6 +13,7 @@ import logging
 import sys
 from typing import Any
 
+from crr.bridges.host_map import HostMap, MappedSlurmDoor
 from crr.bridges.slurm import DEFAULT_TIMEOUT, SlurmCommands, SlurmDoor
 from crr.bridges.slurm_bridge import HEALTH_REPORTER, SlurmBridge
 from crr.bridges.slurm_metrics import register_metrics
@@ -53,6 +54,10 @@ def register_bridge(doors: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--no-batch", action="store_true",
                    help="one scontrol call per node instead of hostlist expressions "
                         "(for comparison; slow on large clusters)")
+    p.add_argument("--host-map", metavar="short|FILE", default=None,
+                   help="map crr's host names to Slurm's NodeNames where they differ: "
+                        "`short` drops the domain, FILE has `crr_name slurm_name` lines "
+                        "(default: the same names; docs/bridges-slurm.md)")
     p.set_defaults(func=run, serve_metrics=True)
 
 
@@ -60,7 +65,8 @@ async def run(args: argparse.Namespace) -> int:
     """Follow the snapshot until SIGINT/SIGTERM (or one cycle with --once)."""
     commands = SlurmCommands(scontrol=args.scontrol, sinfo=args.sinfo, timeout=args.timeout,
                              reader=args.read)
-    door = SlurmDoor(commands, batch=not args.no_batch)
+    door = (SlurmDoor(commands, batch=not args.no_batch) if args.host_map is None else
+            MappedSlurmDoor(commands, HostMap.parse(args.host_map), batch=not args.no_batch))
     bridge: SlurmBridge | None = None
     async with stopping() as stop, connect(
             args.server, creds=args.creds, tls_ca=args.tls_ca, name="crr-bridge-slurm",
