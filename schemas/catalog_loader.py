@@ -21,6 +21,7 @@ import yaml
 from crr.schemas.catalog import Catalog, DrainRule, Exports, ReporterSpec, ResourceSpec
 from crr.schemas.duration import parse_duration
 from crr.schemas.errors import CatalogError, DurationError
+from crr.schemas.exposition_catalog import exposition_problems
 from crr.schemas.subjects import CATALOG
 from crr.schemas.target_names import feature_name_problems
 
@@ -36,7 +37,9 @@ RESERVED_WORDS = frozenset(
     {"and", "or", "not", "has", "has_any", "has_all", "defined", "count", "true", "false",
      "select"}
 )
-_KIND_ONLY = {"min": "numeric", "max": "numeric", "max_length": "string", "max_items": "string_set"}
+_KIND_ONLY = {"min": "numeric", "max": "numeric", "max_length": "string", "max_items": "string_set",
+              "precision": "numeric"}
+MAX_PRECISION = 6
 
 
 def _field_types(cls: type[msgspec.Struct]) -> dict[str, Any]:
@@ -177,6 +180,8 @@ def _check_resource(
         problems.append(f"{path}.max_length: must be greater than zero")
     if spec.max_items <= 0:
         problems.append(f"{path}.max_items: must be greater than zero")
+    if isinstance(spec.precision, int) and not 0 <= spec.precision <= MAX_PRECISION:
+        problems.append(f"{path}.precision: decimals shown, from 0 to {MAX_PRECISION}")
 
 
 def _default_mode(spec: ReporterSpec, raw: dict[str, Any]) -> ReporterSpec:
@@ -359,6 +364,7 @@ def catalog_from_mapping(doc: Any, *, source: str | None = None,
         reporters={k: v for k, v in sorted(reporters.items()) if v is not None},
         exports=exports,
     )
+    problems.extend(exposition_problems(catalog))
     if exports_check is not None and isinstance(exports, Exports):
         problems.extend(exports_check(catalog))
     if problems:

@@ -28,6 +28,7 @@ from crr.bus.follower import Follower
 from crr.bus.ordered import OrderedReader, StoredMessage
 from crr.projections.percentile import percentiles
 from crr.schemas.errors import SubjectError
+from crr.schemas.snapshot_views import SeqRecord
 from crr.schemas.subjects import (
     EVENTS_STREAM,
     REPORTS,
@@ -47,16 +48,8 @@ class _Head(msgspec.Struct):
     observed_at: str | None = None
 
 
-class _AsOf(msgspec.Struct):
-    seq: int = 0
-
-
-class _Record(msgspec.Struct):
-    as_of: _AsOf = msgspec.field(default_factory=_AsOf)
-
-
 _head = msgspec.json.Decoder(_Head)
-_record = msgspec.json.Decoder(_Record)
+_record = msgspec.json.Decoder(SeqRecord)
 
 
 class Percentiles(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,6 +59,8 @@ class Percentiles(msgspec.Struct, frozen=True, kw_only=True):
     p50: float | None = None
     p95: float | None = None
     p99: float | None = None
+    max: float | None = None
+    """The largest sample (the status page's slowest report of that leg, when it has one)."""
 
 
 class ReporterLatency(msgspec.Struct, frozen=True, kw_only=True):
@@ -193,7 +188,8 @@ def _percentiles(samples: list[float]) -> Percentiles:
     if not samples:
         return Percentiles(n=0)
     p50, p95, p99 = percentiles(samples, (50, 95, 99))
-    return Percentiles(n=len(samples), p50=round(p50, 6), p95=round(p95, 6), p99=round(p99, 6))
+    return Percentiles(n=len(samples), p50=round(p50, 6), p95=round(p95, 6), p99=round(p99, 6),
+                       max=round(max(samples), 6))
 
 
 NO_SNAPSHOT_SAMPLE = (
