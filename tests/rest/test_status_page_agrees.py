@@ -21,7 +21,7 @@ from nats.aio.client import Client
 from crr.schemas.catalog_loader import load_catalog_text
 from crr.schemas.subjects import event_subject
 from crr.schemas.wire_time import format_time
-from tests.rest.test_status_page import CHROMIUM, DevTools, chromium, until
+from tests.rest.test_rest_status_page import CHROMIUM, DevTools, chromium, until
 from tests.support.projector import publish_catalog, publish_report
 from tests.support.rest import running_api
 
