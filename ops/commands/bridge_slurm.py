@@ -73,8 +73,11 @@ async def run(args: argparse.Namespace) -> int:
             attempts=None if not args.once else 3) as nc:
         stop.serving()
         view = SchedulerView(nc, pack_records=not args.once)
-        health = ExternalPublisher(nc, reporter=HEALTH_REPORTER)
-        await health.start()
+        # A trial (--once, --dry-run) publishes no health: its row would outlive it.
+        health = (None if args.once or args.dry_run else
+                  ExternalPublisher(nc, reporter=HEALTH_REPORTER))
+        if health is not None:
+            await health.start()
         await view.start()
         try:
             await view.wait_ready()
@@ -89,7 +92,8 @@ async def run(args: argparse.Namespace) -> int:
             await bridge.run(stop, once=args.once)
         finally:
             await view.stop()
-            await health.close()
+            if health is not None:
+                await health.close()
     if bridge is None:  # stopped before the snapshot was loaded
         return 0
     status = bridge.status_dict()

@@ -19,9 +19,10 @@ from nats.aio.client import Client
 from crr.projections.exports import export_problems
 from crr.schemas.catalog_loader import load_catalog_text
 from tests.bridges.test_bridge_cli import CATALOG
-from tests.support.cli import crr
+from tests.support.cli import cli_env, crr
 from tests.support.faults import CrrProcess, eventually, stored_events
 from tests.support.projector import publish_catalog, publish_report, running_projector
+from tests.support.slurm import SlurmCluster
 
 NO_EXPORTS = load_catalog_text("""
 resources:
@@ -129,3 +130,17 @@ async def test_a_trial_publishes_no_health(world: Client, nats_url: str,
     ran = await crr("bridge", "elim", "--host", "n1", *trial, "--server", nats_url)
     assert ran.code == 0, ran.err
     assert not [s for s in await _subjects(world) if "bridge-" in s]
+
+
+@pytest.mark.slurm
+async def test_a_slurm_trial_publishes_no_health(nc: Client, nats_url: str,
+                                                 slurm: SlurmCluster) -> None:
+    """`crr bridge slurm --once` and `--dry-run --once` (the README's first try) leave no
+    `bridge-slurm` row behind."""
+    async with running_projector(nc) as projector:
+        await projector.wait_until(await publish_catalog(nc, CATALOG), 10)
+        for trial in (["--once"], ["--once", "--dry-run"]):
+            ran = await crr("bridge", "slurm", *trial, "--server", nats_url,
+                            env=cli_env(**slurm.env))
+            assert ran.code == 0, ran.err
+    assert not [s for s in await _subjects(nc) if "bridge-" in s]
