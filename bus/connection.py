@@ -23,7 +23,6 @@ import logging
 import os
 import random
 import ssl
-import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
@@ -34,6 +33,7 @@ from nats.aio.client import Client
 
 from crr.bus import natspy
 from crr.bus.errors import BUS_FAILURES, NATS_FAILURES, as_crr_error, describe
+from crr.bus.nats_probe import check_nats
 from crr.bus.natspy import headers as nats_headers
 from crr.bus.retry import CONNECT, RECONNECT
 from crr.schemas.distribution import install_hint
@@ -328,10 +328,13 @@ async def open_connection(
     # AuthError is not retriable; NotConnectedError is.  A service (attempts=None)
     # says so at WARNING each time; a one-shot command fails with one line at the
     # end, so its retries are INFO.
+    # A service retries a port that is not NATS too (it may be one again later), saying so.
     retrying = CONNECT.retrying(attempts=attempts, log=log,
+                                also=(NotNatsServerError,) if attempts is None else (),
                                 level=logging.WARNING if attempts is None else logging.INFO)
     async for attempt in retrying:
         with attempt:
+            await check_nats(servers, [_redact(s) for s in servers])
             try:
                 nc = await _connect_once(options, fatal, seen)
             except CredentialsRequiredError as exc:
@@ -349,7 +352,6 @@ async def open_connection(
                     raise NotConnectedError(
                         f"NATS at {shown}: the server's TLS certificate is not trusted "
                         f"({cause.verify_message}); pass its CA with --tls-ca") from None
-                await _not_nats(servers, connect_timeout)
                 raise NotConnectedError(
                     f"cannot reach NATS at {shown}: {_why(exc, cause)}") from None
             nc.options["max_reconnect_attempts"] = -1
@@ -362,31 +364,6 @@ async def open_connection(
             nc.options[_RECONNECT_LISTENERS] = reconnect_listeners
             return nc
     raise NotConnectedError(f"cannot reach NATS at {shown}")  # pragma: no cover
-
-
-async def _not_nats(servers: list[str], timeout: float) -> None:
-    """After a failed attempt: NotNatsServerError if an address answers, but not with the
-    `INFO` line every NATS server sends first (an HTTP server, a database…), said with what
-    it sent; an address that refuses or does not answer is left to the retries."""
-    for server in servers:
-        u = urllib.parse.urlsplit(server if "://" in server else f"nats://{server}")
-        if u.scheme not in ("nats", "tls") or not u.hostname:
-            continue
-        try:
-            async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_connection(u.hostname, u.port or 4222)
-                try:
-                    first = await reader.read(256)
-                finally:
-                    writer.close()
-        except (OSError, TimeoutError):
-            continue
-        if first.startswith(b"INFO"):
-            continue
-        line = first.split(b"\n", 1)[0].strip().decode("utf-8", "replace")[:60]
-        got = f"got {line!r}" if first else "it closed the connection without a word"
-        raise NotNatsServerError(f"{_redact(server)} is not a NATS server ({got}); check "
-                                 "--server / NATS_URL")
 
 
 def _why(exc: BaseException, cause: BaseException) -> str:

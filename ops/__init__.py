@@ -24,6 +24,24 @@ The source tree maps onto this package (`pyproject.toml`, `[tool.setuptools.pack
 
 from __future__ import annotations
 
+import signal as _signal
+import sys as _sys
+
+
+def _interrupted_early(_signum: int, _frame: object) -> None:
+    """Ctrl-C while the `crr` command is still importing: a quiet exit 130, no traceback."""
+    raise SystemExit(130)
+
+
+# Only in the `crr` command's own process (its console script, or `python -m crr.cli`), and
+# first of all, before the imports that fill a command's first 0.3 s; `crr.cli.main` puts
+# Python's handler back and catches KeyboardInterrupt from there on.  A library user's
+# process is left alone.
+if ((_sys.argv and _sys.argv[0].rsplit("/", 1)[-1] == "crr")
+        or ("-m", "crr.cli") in zip(_sys.orig_argv, _sys.orig_argv[1:], strict=False)) \
+        and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+    _signal.signal(_signal.SIGINT, _interrupted_early)
+
 import importlib
 from typing import TYPE_CHECKING, Any
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import crr
 import crr.commands
+from crr import _interrupted_early
 from crr.bus.errors import BUS_FAILURES, as_crr_error, describe
 from crr.runtime.telemetry import configure_telemetry
 from crr.schemas.errors import CatalogError, CrrError, ExpressionError
@@ -152,10 +153,14 @@ def _quiet_broken_pipe() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `crr` console script."""
+    if signal.getsignal(signal.SIGINT) is _interrupted_early:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # asyncio.run's own then
     try:
         return _main(argv)
     except BrokenPipeError:  # also while printing --help or a usage error
         return _quiet_broken_pipe()
+    except KeyboardInterrupt:  # Ctrl-C while loading the commands or before a command's own
+        return 130
 
 
 def _main(argv: Sequence[str] | None) -> int:

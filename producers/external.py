@@ -231,6 +231,10 @@ class CentralRunner:
         if not spec.command:
             raise CrrError(f"reporter {self.reporter!r} has no command to run (add "
                            "`command: [...]` to it, or publish with the SDK)")
+        problem = catalog.scope_problem(self.reporter, None)
+        if problem is not None:  # its every event on the cluster subjects would be refused
+            raise CrrError(f"{problem}: `crr external run` publishes on the cluster subjects; "
+                           "report them per host with the SDK")
         host_scope = [r for r in catalog.resources_of(self.reporter)
                       if catalog.resources[r].scope == "host"]
         if host_scope:

@@ -170,6 +170,9 @@ def _apply(state: ProjectionState, env: Envelope, acc: Acc) -> str | None:
         # Nothing can be validated yet: keep the latest per subject until a catalog arrives.
         state.pending[subject] = Held(env, event)
         return None
+    refused = state.plan.scope_refusal(event.reporter, addr.host)
+    if refused is not None:  # before it makes a row (that would go silent): dead-lettered
+        return refused
     return apply_event(state, event, addr.host, env.received_at, acc, strict_scope=True)
 
 

@@ -67,6 +67,14 @@ class CatalogPlan(msgspec.Struct, frozen=True, kw_only=True):
         plan = self.reporters.get((reporter, scope))
         return plan.rules if plan is not None else _NO_RULES
 
+    def scope_refusal(self, reporter: str, host: str | None) -> str | None:
+        """Why an event of `reporter` for `host` (None: the cluster) is refused: the
+        reporter owns resources, none of that scope (`Catalog.scope_problem`); else None."""
+        if (reporter, "cluster" if host is None else "host") in self.reporters \
+                or self.catalog is None:
+            return None
+        return self.catalog.scope_problem(reporter, host)
+
     def reporter_lifetime(self, reporter: str) -> float:
         """Seconds a reporter may stay quiet before it counts as `silent`."""
         life = self.reporter_life.get(reporter)

@@ -14,7 +14,7 @@ from typing import Literal
 
 import msgspec
 
-from crr.schemas.errors import UnknownReporterError
+from crr.schemas.errors import UnknownReporterError, WrongScopeError
 from crr.schemas.exposition import InventoryMap
 
 Kind = Literal["numeric", "boolean", "string", "string_set"]
@@ -261,6 +261,29 @@ class Catalog(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
                 f"reporter {name!r} is not declared (reporters: "
                 f"{', '.join(sorted(self.reporters)) or 'none'})", where=where)
         return spec
+
+    def scope_problem(self, reporter: str, host: str | None) -> str | None:
+        """Why `reporter` may not publish for `host` (None: the cluster), or None if it may.
+
+        It may not when it owns resources, but none of that scope: a reporter of
+        cluster-scope resources only reports without a host, one of host-scope resources
+        only with one.  A reporter owning none (inventory, health) or both is not judged."""
+        scope = "cluster" if host is None else "host"
+        owned = [n for n, r in self.resources.items() if r.reporter == reporter]
+        if not owned or any(self.resources[n].scope == scope for n in owned):
+            return None
+        names = ", ".join(sorted(owned)[:5]) + (", …" if len(owned) > 5 else "")
+        if host is None:
+            return (f"reporter {reporter!r} owns host-scope resources only ({names}): "
+                    "each of its reports names its host")
+        return (f"reporter {reporter!r} owns cluster-scope resources only ({names}): its "
+                f"reports name no host (got host {host!r})")
+
+    def check_scope(self, reporter: str, host: str | None, *, where: str = "catalog") -> None:
+        """WrongScopeError with `scope_problem` when there is one."""
+        problem = self.scope_problem(reporter, host)
+        if problem is not None:
+            raise WrongScopeError(f"{problem}; nothing published", where=where)
 
     def resources_of(self, reporter: str) -> list[str]:
         """Names of the resources `reporter` owns, sorted."""

@@ -7,7 +7,9 @@ whatever parsed; the caller gets one `CatalogError` listing everything.
 
 from __future__ import annotations
 
+import json
 import re
+import types
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -72,6 +74,47 @@ def _explain(exc: msgspec.ValidationError) -> str:
     return msg + (f" (at {at.rstrip('`')})" if at else "")
 
 
+_PLAIN = re.compile(r"^[A-Za-z0-9_./][A-Za-z0-9_./-]*$")
+"""A string YAML reads as itself without quotes (for the examples in type errors)."""
+_WORDS: dict[Any, tuple[str, str]] = {
+    str: ("a string", "strings"), int: ("a whole number", "whole numbers"),
+    float: ("a number", "numbers"), bool: ("true or false", "true/false values"),
+}
+
+
+def _type_words(tp: Any) -> str | None:
+    """A field type in the catalog's terms ("a list of strings"), None when it has no words."""
+    args = [a for a in typing.get_args(tp) if a not in (type(None), msgspec.UnsetType)]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1:
+        tp = args[0]
+    if tp in _WORDS:
+        return _WORDS[tp][0]
+    if typing.get_origin(tp) is list and typing.get_args(tp)[0] in _WORDS:
+        return f"a list of {_WORDS[typing.get_args(tp)[0]][1]}"
+    if typing.get_origin(tp) is dict:
+        return "a mapping"
+    return None
+
+
+def _example(tp: Any, given: Any) -> str:
+    """`, e.g. `[x.sh]`` when the value given fits the expected list once bracketed."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    inner = args[0] if typing.get_origin(tp) in (typing.Union, types.UnionType) and args else tp
+    if typing.get_origin(inner) is list and isinstance(given, str | int | float):
+        plain = isinstance(given, str) and _PLAIN.match(given)
+        return f", e.g. `[{given if plain else json.dumps(given)}]`"
+    return ""
+
+
+def _wrong_type(where: str, tp: Any, given: Any, exc: msgspec.ValidationError) -> str:
+    """A type error said in the catalog's terms, not msgspec's (`Expected array | null`)."""
+    words = _type_words(tp)
+    if words is None:
+        return f"{where}: {_explain(exc)}"
+    got = "null" if given is None else f"{given!r}"
+    return f"{where}: must be {words}{_example(tp, given)} (got {got})"
+
+
 def _convert_entry(
     cls: type[msgspec.Struct], raw: Any, path: str, problems: list[str]
 ) -> Any:
@@ -103,7 +146,7 @@ def _convert_entry(
             if choices:
                 problems.append(f"{where}: expected one of {', '.join(choices)}, got {value!r}")
             else:
-                problems.append(f"{where}: {_explain(exc)}")
+                problems.append(_wrong_type(where, types[key], given, exc))
             ok = False
     for name in _required(cls):
         if name not in raw:
@@ -457,11 +500,51 @@ def catalog_from_mapping(doc: Any, *, source: str | None = None,
     return catalog
 
 
+def _duplicate_keys(node: yaml.Node, path: str, problems: list[str]) -> None:
+    """Every key given twice in one mapping of `node`, with both line numbers.
+
+    PyYAML keeps the last of two equal keys without a word; a catalog with two
+    resources called `a:` must not be called valid.
+    """
+    if isinstance(node, yaml.MappingNode):
+        first: dict[str, int] = {}
+        for key, value in node.value:
+            name = key.value if isinstance(key, yaml.ScalarNode) else None
+            if name is not None and name != "<<":
+                line = key.start_mark.line + 1
+                where = f"{path}.{name}" if path else str(name)
+                if name in first:
+                    problems.append(f"{where}: duplicate key (lines {first[name]} and {line}); "
+                                    "the second would silently replace the first")
+                else:
+                    first[name] = line
+            _duplicate_keys(value, f"{path}.{name}" if path else str(name), problems)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _duplicate_keys(item, f"{path}[{i}]", problems)
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    """The YAML document of `text`; CatalogError on a syntax error or a duplicate key."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        problems: list[str] = []
+        _duplicate_keys(node, "", problems)
+        if problems:
+            raise CatalogError(problems, where=source)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def load_catalog_text(text: str, *, source: str = "resources.yaml",
                       exports_check: ExportsCheck | None = None) -> Catalog:
     """Parse YAML text into a validated Catalog."""
     try:
-        doc = yaml.safe_load(text)
+        doc = _parse_yaml(text, source)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source

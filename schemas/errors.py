@@ -175,6 +175,13 @@ class UnknownReporterError(CrrError, LookupError):
     rejected, so `crr report` and the SDK refuse to publish for it."""
 
 
+class WrongScopeError(UnknownReporterError):
+    """A declared reporter publishing on a scope the catalog gives it no resource of (a
+    cluster-scope reporter with a host, or a host-scope one without): refused before
+    anything is published, as an undeclared reporter is; the projector dead-letters such
+    an event (docs/contract.md)."""
+
+
 class ReportRejectedError(CrrError, ValueError):
     """The projector did not apply (all of) a report (the SDK's `submit`).
 

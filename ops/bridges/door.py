@@ -31,6 +31,10 @@ class Observed:
     timed: bool = False
     """The target holds `matches.expires_at` too (NFD's `# +expiry-time=`): a want that
     only moved its expiry (a refresh with the same value) must still be written."""
+    written: bool = True
+    """False: the door has not told the target anything it still shows (a stream's first
+    update, an NFD file not written yet or changed by someone): written whatever the want,
+    so a host without features still gets its block, `undefined`s included."""
 
 
 @dataclass(frozen=True, slots=True)

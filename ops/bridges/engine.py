@@ -117,6 +117,8 @@ def diff_line(node: str, want: NodeWant, seen: NodeWant | Observed | None) -> st
 
 def differs(want: NodeWant, seen: Observed) -> bool:
     """Whether the target must be told `want`, given what it shows."""
+    if not seen.written:
+        return True
     if seen.matches is not None:
         return not want.same_as(seen.matches) or (
             seen.timed and want.expires_at != seen.matches.expires_at)

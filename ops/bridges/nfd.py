@@ -130,7 +130,7 @@ class NfdDoor:
             last = self._written.get(node)
             same = last is not None and text is not None and body(text) == body(last[0])
             out[node] = Observed(matches=last[1] if same and last is not None else None,
-                                 timed=True)
+                                 timed=True, written=same)
         return out
 
     async def apply(self, changes: Mapping[str, NodeWant]) -> Applied:

@@ -31,7 +31,7 @@ class StreamDoor:
 
     async def observe(self, nodes: Sequence[str]) -> Mapping[str, Observed]:
         """What was written last (the target cannot be read back)."""
-        return {n: Observed(matches=self._last.get(n)) for n in nodes}
+        return {n: Observed(matches=self._last.get(n), written=n in self._last) for n in nodes}
 
     async def apply(self, changes: Mapping[str, NodeWant]) -> Applied:
         """Write one update per node (a per-host door: this host)."""

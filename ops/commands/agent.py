@@ -10,7 +10,7 @@ from typing import Any
 
 from crr.bus.connection import connect, display_url
 from crr.producers.agent import Agent
-from crr.runtime.shutdown import STOP_EPILOG, stopping
+from crr.runtime.shutdown import STOP_EPILOG_SCRIPTS, stopping
 
 
 def short_hostname() -> str:
@@ -22,7 +22,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add `crr agent`."""
     p = sub.add_parser("agent", parents=[common],
                        help="run the worker agent (this host's script reporters)",
-                       epilog=STOP_EPILOG)
+                       epilog=STOP_EPILOG_SCRIPTS)
     p.add_argument("--host", default=None,
                    help="host name to report as (default: the short host name)")
     p.add_argument("--reporters-dir", type=Path, default=Path(),

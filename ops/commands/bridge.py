@@ -29,6 +29,13 @@ from crr.commands.agent import short_hostname
 from crr.runtime.shutdown import stopping
 from crr.schemas.errors import CrrError
 
+BRIDGE_HELP = ("Feed crr's snapshot to a scheduler's own node facts: each door keeps its "
+               "target in line with the active catalog's `exports:` (features, drain rules, "
+               "values; docs/bridges.md).  nfd, condor and elim follow one host's record "
+               "(--host, default: this host); slurm follows the whole cluster "
+               "(docs/bridges-slurm.md).")
+"""`crr bridge --help`'s description (the module doc is for developers)."""
+
 
 def _host_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default=None,
@@ -39,13 +46,16 @@ def _host_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, default=200.0, metavar="N",
                    help="node changes per second at most (default 200)")
     p.add_argument("--no-health", dest="health", action="store_false",
-                   help="do not publish the bridge's health as reporter bridge-<door>")
+                   help="do not publish the bridge's health as reporter bridge-<door> "
+                        "(--once and --dry-run never do: a trial leaves no health row)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no line on stderr saying what was written")
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add `crr bridge` and its doors."""
     p = sub.add_parser("bridge", help="feed a scheduler (NFD, HTCondor, LSF, Slurm) from crr",
-                       description=__doc__)
+                       description=BRIDGE_HELP)
     doors = p.add_subparsers(dest="door", metavar="DOOR")
     doors.required = True
 
@@ -92,7 +102,7 @@ async def _run(args: argparse.Namespace, make_door: Callable[[HostSource], Door]
     if args.rate <= 0:
         raise CrrError("--rate must be greater than zero", where=f"crr bridge {args.door}")
     options = HostBridgeOptions(host=host, dry_run=args.dry_run, once=args.once, rate=args.rate,
-                                heartbeat=heartbeat, health=args.health)
+                                heartbeat=heartbeat, health=args.health, quiet=args.quiet)
     async with stopping() as stop, connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
                                            name=f"crr-bridge-{args.door}-{host}",
                                            attempts=None) as nc:

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from crr.bridges.release import listen_releases, running_suspension
+from crr.bridges.host_map import HostMap, MappedSlurmDoor
 from crr.bridges.slurm import DEFAULT_TIMEOUT, SlurmCommands, SlurmDoor
 from crr.bridges.slurm_bridge import HEALTH_REPORTER, SlurmBridge
 from crr.bridges.slurm_metrics import register_metrics
@@ -56,6 +57,10 @@ def register_bridge(doors: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--no-batch", action="store_true",
                    help="one scontrol call per node instead of hostlist expressions "
                         "(for comparison; slow on large clusters)")
+    p.add_argument("--host-map", metavar="short|FILE", default=None,
+                   help="map crr's host names to Slurm's NodeNames where they differ: "
+                        "`short` drops the domain, FILE has `crr_name slurm_name` lines "
+                        "(default: the same names; docs/bridges-slurm.md)")
     p.set_defaults(func=run, serve_metrics=True)
 
 
@@ -63,7 +68,8 @@ async def run(args: argparse.Namespace) -> int:
     """Follow the snapshot until SIGINT/SIGTERM (or one cycle with --once)."""
     commands = SlurmCommands(scontrol=args.scontrol, sinfo=args.sinfo, timeout=args.timeout,
                              reader=args.read)
-    door = SlurmDoor(commands, batch=not args.no_batch)
+    door = (SlurmDoor(commands, batch=not args.no_batch) if args.host_map is None else
+            MappedSlurmDoor(commands, HostMap.parse(args.host_map), batch=not args.no_batch))
     bridge: SlurmBridge | None = None
     releases: Listening | None = None
     async with stopping() as stop, connect(
@@ -71,8 +77,11 @@ async def run(args: argparse.Namespace) -> int:
             attempts=None if not args.once else 3) as nc:
         stop.serving()
         view = SchedulerView(nc, pack_records=not args.once)
-        health = ExternalPublisher(nc, reporter=HEALTH_REPORTER)
-        await health.start()
+        # A trial (--once, --dry-run) publishes no health: its row would outlive it.
+        health = (None if args.once or args.dry_run else
+                  ExternalPublisher(nc, reporter=HEALTH_REPORTER))
+        if health is not None:
+            await health.start()
         await view.start()
         try:
             await view.wait_ready()
@@ -91,7 +100,8 @@ async def run(args: argparse.Namespace) -> int:
             if releases is not None:
                 await releases.close()
             await view.stop()
-            await health.close()
+            if health is not None:
+                await health.close()
     if bridge is None:  # stopped before the snapshot was loaded
         return 0
     status = bridge.status_dict()

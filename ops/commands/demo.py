@@ -30,6 +30,7 @@ from crr.bus.connection import Connection, connect
 from crr.bus.outbox import Outbox
 from crr.bus.server import NatsServer
 from crr.bus.streams import provision
+from crr.commands import log_options
 from crr.host_listing import legend, render_hosts, reporter_problems
 from crr.producers.agent import Agent
 from crr.producers.external import CentralRunner, ExternalPublisher
@@ -60,7 +61,7 @@ FAILURE_NOTE: Final = (
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add `crr demo`."""
-    p = sub.add_parser("demo", parents=[common],
+    p = sub.add_parser("demo", parents=[log_options()],
                        help="all-in-one demo on an embedded NATS server with a live table")
     p.add_argument("--duration", type=float, default=None, metavar="S",
                    help="stop after S seconds (default: run until Ctrl-C)")

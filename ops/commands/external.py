@@ -37,7 +37,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     esub.required = True
     r = esub.add_parser("run", parents=[common],
                         help="run an external reporter's command and publish its values "
-                             "on the cluster subjects", epilog=shutdown.STOP_EPILOG)
+                             "on the cluster subjects", epilog=shutdown.STOP_EPILOG_SCRIPTS)
     r.add_argument("--reporter", required=True,
                    help="the reporter (type: external, with a command)")
     r.add_argument("--catalog", metavar="FILE", default=None,

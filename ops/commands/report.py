@@ -35,7 +35,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "became of it",
         epilog="exit status: 0 when every value was applied; 1 when any was rejected, the "
                "report\nwas dead-lettered, or no outcome came within --timeout; 1 before "
-               "publishing\nanything for a reporter the active catalog does not declare")
+               "publishing\nanything for a reporter the active catalog does not declare, or for a "
+               "host\n(--host) its resources' scope does not allow")
     p.add_argument("--reporter", required=True, help="reporter name (owner of the resources)")
     p.add_argument("--host", default=None, help="host for host-scope values (omit for cluster)")
     p.add_argument("values", nargs="+", metavar="NAME=VALUE",
@@ -74,7 +75,9 @@ async def run(args: argparse.Namespace) -> int:
     msg = event_message(report)
     async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
                        name="crr-report") as nc:
-        await check_declared(nc, args.reporter)
+        catalog = await check_declared(nc, args.reporter)
+        if catalog is not None:
+            catalog.check_scope(args.reporter, args.host, where="active catalog")
         stored = await jetstream.publish(nc, msg.subject, msg.payload, headers=msg.headers)
         print(f"published {len(values)} value(s) on {msg.subject} (seq {stored})", flush=True)
         if args.no_wait:

@@ -9,12 +9,13 @@ import tempfile
 from typing import Any
 
 from crr.bus.server import NatsServer
+from crr.commands import log_options
 from crr.runtime.shutdown import stop_on_signals
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add `crr server`."""
-    p = sub.add_parser("server", parents=[common],
+    p = sub.add_parser("server", parents=[log_options()],
                        help="run an embedded nats-server with JetStream")
     p.add_argument("--store", metavar="DIR", default=None,
                    help="JetStream store directory (default: a temporary directory, removed "

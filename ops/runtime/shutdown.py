@@ -54,9 +54,13 @@ GRACE = 1.0
 the rest of STOP_WITHIN is for the cleanup the cancellation runs."""
 
 STOP_EPILOG = (f"SIGTERM or SIGINT stops it within {STOP_WITHIN:g}s in any state (connecting, "
-               "reconnecting, NATS unreachable, loading) with exit status 0; the scripts it "
-               "runs are killed with their process groups.  A second signal stops at once.")
+               "reconnecting, NATS unreachable, loading) with exit status 0.  A second "
+               "signal stops at once.")
 """The `--help` note of every command that runs under `stopping()` (docs/operations.md)."""
+
+STOP_EPILOG_SCRIPTS = STOP_EPILOG.replace(
+    "exit status 0.", "exit status 0; the scripts it runs are killed with their process groups.")
+"""`STOP_EPILOG` for the commands that run scripts (`crr agent`, `crr external`)."""
 
 
 AGAIN_AFTER = 0.25

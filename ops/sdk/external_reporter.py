@@ -9,6 +9,9 @@ the SDK users get this subclass, which adds:
 * at connect, the reporter is checked against the active catalog: one the
   catalog does not declare raises `UnknownReporterError` before anything is
   published (every value it sent would be rejected and leave a `rejecting` row);
+  and each publish for a scope the catalog gives it no resource of (a
+  cluster-scope reporter with `host=`) raises `WrongScopeError` (the projector
+  would dead-letter it);
 * `await rep.submit(values, host=…)`: publish one report and wait for the
   projector's verdict, as `crr report` does — the `ReportOutcome` when every
   value was applied, else `ReportRejectedError` with each rejected value's
@@ -29,6 +32,7 @@ from crr.bus import jetstream
 from crr.bus.catalog_watch import check_declared
 from crr.bus.connection import Connection
 from crr.producers.external import ExternalPublisher
+from crr.producers.publisher import ReporterPublisher
 from crr.schemas.catalog import Catalog
 from crr.schemas.codec import decode, event_message
 from crr.schemas.errors import BusError, CrrError
@@ -58,6 +62,14 @@ class ExternalReporter(ExternalPublisher):
             log.warning("cannot read the active catalog (%s): reporter %s is not checked "
                         "before publishing", exc, self.reporter)
         await super().start()
+
+    def publisher(self, host: str | None = None) -> ReporterPublisher:
+        """The publisher for `host`; WrongScopeError, before anything is published, when
+        the active catalog gives the reporter no resource of that scope (a cluster-scope
+        reporter with `host=`): the projector would refuse every such event."""
+        if self.catalog is not None:
+            self.catalog.check_scope(self.reporter, host, where="active catalog")
+        return super().publisher(host)
 
     async def submit(
         self, values: Mapping[str, Any], *, host: str | None = None,

@@ -110,3 +110,33 @@ def test_example_catalog_loads_and_round_trips_the_wire() -> None:
     assert "scratch_free" in cat.resources
     assert cat.lifetime_of("scratch_free") == 7.5
     assert catalog_from_wire(json.loads(encode(cat))) == cat
+
+
+def test_a_duplicate_key_is_an_error_with_both_line_numbers() -> None:
+    """Two resources called `a:`: PyYAML would keep the last; the catalog is refused instead."""
+    text = ("resources:\n"
+            "  a: {kind: numeric, reporter: x}\n"
+            "  b: {kind: numeric, reporter: x}\n"
+            "  a: {kind: string, reporter: x}\n"
+            "reporters:\n"
+            "  x: {type: external, interval: 5s, interval: 6s}\n")
+    assert problems_of(text) == [
+        "resources.a: duplicate key (lines 2 and 4); the second would silently replace the first",
+        "reporters.x.interval: duplicate key (lines 6 and 6); "
+        "the second would silently replace the first",
+    ]
+
+
+@pytest.mark.parametrize(("entry", "problem"), [
+    ("{type: script, command: x.sh}",
+     "reporters.x.command: must be a list of strings, e.g. `[x.sh]` (got 'x.sh')"),
+    ("{type: external, hosts: '*'}",
+     "reporters.x.hosts: must be a list of strings, e.g. `[\"*\"]` (got '*')"),
+    ("{type: external, quarantine_after: many}",
+     "reporters.x.quarantine_after: must be a whole number (got 'many')"),
+    ("{type: external, cwd: [a]}", "reporters.x.cwd: must be a string (got ['a'])"),
+    ("{type: external, tty: [a]}", "reporters.x.tty: must be true or false (got ['a'])"),
+])
+def test_a_wrong_type_is_said_in_the_catalogs_terms(entry: str, problem: str) -> None:
+    """Not msgspec's `Expected array | null, got str`: what the field must be, with an example."""
+    assert problems_of(f"reporters:\n  x: {entry}\n") == [problem]

@@ -5,19 +5,25 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
 from nats.aio.client import Client
 
 from crr.admin.reporter_health import ReporterHealth, with_deadletters
+from crr.bus import jetstream
+from crr.bus.connection import connect
 from crr.producers.external import ExternalPublisher
 from crr.projector.deadletters import count_deadletters
+from crr.schemas.codec import event_message
 from crr.schemas.errors import PayloadError
-from crr.schemas.events import DeadLetter, check_finite
+from crr.schemas.events import DeadLetter, Report, check_finite
 from crr.schemas.subjects import EVENTS_STREAM
+from crr.schemas.wire_time import format_time
+from crr.sdk.report_outcome import outcome
 from tests.support.cli import crr
-from tests.support.projector import publish_catalog, running_projector
+from tests.support.projector import publish_catalog, publish_report, running_projector
 from tests.support.security import secure_rig
 
 
@@ -28,9 +34,10 @@ async def _last_seq(nc: Client) -> int:
 
 async def test_applied_rejected_and_deadlettered_reports(nc: Client, nats_url: str) -> None:
     """Applied → exit 0; a rejected value → exit 1 with the reason; a report on the wrong kind
-    of subject → exit 1, dead-lettered with the projector's reason; health shows it."""
+    of subject → exit 1 before anything is published, with the reason; the same event from
+    a publisher that does not check is dead-lettered with that reason; health shows it."""
     await publish_catalog(nc)
-    async with running_projector(nc):
+    async with running_projector(nc) as projector:
         ok = await crr("report", "--server", nats_url, "--reporter", "scratch", "--host", "n1",
                        "scratch_free=812.5")
         assert ok.code == 0, ok
@@ -42,17 +49,23 @@ async def test_applied_rejected_and_deadlettered_reports(nc: Client, nats_url: s
         assert "rejected: scratch_free: -1 is below the minimum 0" in bad.err
         assert "rejected: datasets: belongs to reporter 'datasets', not 'scratch'" in bad.err
 
-        dead = await crr("report", "--server", nats_url, "--reporter", "flexlm", "--host", "n1",
-                         "matlab_free=3")
-        assert dead.code == 1, dead
-        assert dead.err_lines == ["dead-lettered: every value is of a resource whose scope does "
-                                  "not match this host subject (matlab_free)"]
+        before = await _last_seq(nc)
+        wrong = await crr("report", "--server", nats_url, "--reporter", "flexlm", "--host", "n1",
+                          "matlab_free=3")
+        assert wrong.code == 1, wrong
+        reason = ("reporter 'flexlm' owns cluster-scope resources only (matlab_free): its "
+                  "reports name no host (got host 'n1')")
+        assert wrong.err_lines == [f"crr report: error: active catalog: {reason}; "
+                                   "nothing published"]
+        assert await _last_seq(nc) == before
+        await projector.wait_until(await publish_report(nc, "flexlm", "n1", {"matlab_free": 3}),
+                                   10)
 
         health = await crr("health", "--json", "--server", nats_url)
         rows = {(r["reporter"], r["host"]): r for r in json.loads(health.out)}
         assert rows[("flexlm", "n1")]["state"] == "deadlettered"
         assert rows[("flexlm", "n1")]["deadletters"] == 1
-        assert "scope does not match" in rows[("flexlm", "n1")]["last_deadletter"]
+        assert reason in rows[("flexlm", "n1")]["last_deadletter"]
         assert rows[("scratch", "n1")]["deadletters"] == 0
         table = await crr("health", "--server", nats_url)
         assert "deadlettered" in table.out
@@ -165,15 +178,28 @@ async def test_outcome_with_reporter_credentials(tmp_path: Path) -> None:
 
 async def test_deadletter_with_reporter_credentials_is_one_clear_line(tmp_path: Path) -> None:
     """A reporter's credentials cannot read CRR_EVENTS: a dead-lettered report still gets one
-    line saying it was not applied and why its reason cannot be read, exit 1."""
+    line saying it was not applied and why its reason cannot be read.  (`crr report` now
+    refuses this wrong-scope report before publishing; a publisher that does not check
+    sends it, and the outcome is read as `crr report` reads it.)"""
     async with secure_rig(tmp_path) as rig:
         creds = str(rig.demo.bundle.for_reporter("dsindex"))
         ran = await crr("report", "--server", rig.url, "--creds", creds, "--reporter", "dsindex",
                         "datasets=[\"c4\"]")
-    assert ran.code == 1, ran
-    assert len(ran.err_lines) == 1, ran.err
-    assert ran.err_lines[0].startswith("not applied: none of its values is in the snapshot; "
-                                       "cannot read crr.v1.deadletter"), ran.err
+        assert ran.code == 1, ran
+        assert ran.err_lines[-1].endswith("each of its reports names its host; nothing published")
+        async with connect(rig.url, creds=creds) as rnc:
+            report = Report(reporter="dsindex", host=None, boot="b", seq=1,
+                            observed_at=format_time(time.time()), values={"datasets": ["c4"]})
+            msg = event_message(report)
+            seq = await jetstream.publish(rnc, msg.subject, msg.payload, headers=msg.headers)
+            verdict = await outcome(rnc, seq=seq, reporter="dsindex", host=None,
+                                    observed_at=report.observed_at, names=["datasets"],
+                                    timeout=10)
+    lines = verdict.lines()
+    assert not verdict.ok
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("not applied: none of its values is in the snapshot; "
+                               "cannot read crr.v1.deadletter"), lines
 
 
 @pytest.mark.slow  # several seconds of real waiting: `pytest -m slow`
@@ -181,10 +207,10 @@ async def test_refused_publish_names_the_refusal(tmp_path: Path) -> None:
     """A publish the server's authorization drops ends in a bare timeout in nats-py; the one
     error line names the permissions violation the server reported instead."""
     async with secure_rig(tmp_path) as rig:
-        creds = str(rig.demo.bundle.for_reporter("flexlm"))
+        creds = str(rig.demo.bundle.for_reporter("dsindex"))  # another reporter's
         ran = await crr("report", "--server", rig.url, "--creds", creds, "--reporter", "flexlm",
-                        "--host", "node1", "matlab_free=3")
+                        "matlab_free=3")
     assert ran.code == 1, ran
     assert len(ran.err_lines) == 1, ran.err
     assert "the server refused it (nats: permissions violation for publish to " \
-           "\"crr.v1.report.host.node1.flexlm\")" in ran.err, ran.err
+           "\"crr.v1.report.cluster.flexlm\")" in ran.err, ran.err

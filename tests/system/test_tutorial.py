@@ -121,6 +121,7 @@ def test_the_tutorial_runs(tmp_path: Path) -> None:
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     env["COLUMNS"] = "120"
     jobs: list[subprocess.Popen[bytes]] = []
+    health_exits: list[int] = []
     try:
         for step in page.steps:
             command = step.command.replace(PORT, port)
@@ -150,6 +151,8 @@ def test_the_tutorial_runs(tmp_path: Path) -> None:
                 if mask(got) == want or time.monotonic() > deadline:
                     break
                 time.sleep(0.2)  # a bounded retry's pause, not a synchronisation
+            if command.startswith("crr health"):
+                health_exits.append(r.returncode)
             if record:
                 print(f"\n### {where} (exit {r.returncode})\n" + "\n".join(got))
                 continue
@@ -158,6 +161,9 @@ def test_the_tutorial_runs(tmp_path: Path) -> None:
         for n, job in enumerate(jobs, start=1):
             if not record:
                 assert job.poll() is not None, f"background job {n} was never stopped by the page"
+        # The tutorial leaves nothing failing: its last `crr health` exits 0 (issue 40).
+        assert health_exits, "the tutorial runs `crr health`"
+        assert health_exits[-1] == 0, health_exits
     finally:
         for job in jobs:
             if job.poll() is None:
