@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from crr.bridges.slurm import Reconciled, SlurmCommands, SlurmDoor
+from crr.bridges.slurm import SlurmCommands, SlurmDoor
 from crr.projections.exports import NodeWant
 from crr.schemas.errors import CrrError
 
@@ -97,7 +97,6 @@ class MappedSlurmDoor(SlurmDoor):
         super().__init__(commands, batch=batch)
         self.host_map = host_map
 
-    async def reconcile(self, wants: Mapping[str, NodeWant], *,
-                        dry_run: bool = False) -> Reconciled:
-        """`SlurmDoor.reconcile` over the wants renamed to Slurm's node names."""
-        return await super().reconcile(self.host_map.apply(wants), dry_run=dry_run)
+    def slurm_names(self, wants: Mapping[str, NodeWant]) -> dict[str, NodeWant]:
+        """The wants renamed to Slurm's node names (`HostMap.apply`)."""
+        return self.host_map.apply(wants)

@@ -439,12 +439,19 @@ class SlurmDoor:
         self.status.failed_calls += failed
         return Reconciled(list(updates), calls, failed, tuple(errors), failed_nodes)
 
+    def slurm_names(self, wants: Mapping[str, NodeWant]) -> Mapping[str, NodeWant]:
+        """`wants` keyed by Slurm's node names: crr's host names are (`--host-map`:
+        `crr.bridges.host_map.MappedSlurmDoor` renames them)."""
+        return wants
+
     async def reconcile(self, wants: Mapping[str, NodeWant], *, dry_run: bool = False,
-                        decide: Callable[[Mapping[str, SlurmNode]], Mapping[str, NodeWant]]
-                        | None = None) -> Reconciled:
-        """Observe, plan and (unless `dry_run`) apply: one bridge cycle.  `decide`: what to
-        show, given the nodes just read (the bridge's settle and guard); else `wants`.
-        Raises `SchedulerCommandError` only when the nodes cannot be read."""
+                        decide: Callable[[Mapping[str, SlurmNode], Mapping[str, NodeWant]],
+                                         Mapping[str, NodeWant]] | None = None) -> Reconciled:
+        """Observe, plan and (unless `dry_run`) apply: one bridge cycle over `wants` keyed
+        by crr's host names (`slurm_names` renames them).  `decide`: what to show, given
+        the nodes just read and the renamed wants (the bridge's settle and guard); else the
+        renamed wants.  Raises `SchedulerCommandError` only when the nodes cannot be read."""
+        wants = self.slurm_names(wants)
         self.status.reconciles += 1
         try:
             await self.read(wants.keys())
@@ -452,7 +459,7 @@ class SlurmDoor:
             self.status.consecutive_failures += 1
             raise
         if decide is not None:
-            wants = decide(self._observed)
+            wants = decide(self._observed, wants)
         updates = self.plan(wants)
         done = Reconciled(updates) if dry_run else await self.run_updates(updates)
         if done.failed:

@@ -161,7 +161,7 @@ class SlurmBridge:
         try:
             done = await self.door.reconcile(
                 wants, dry_run=self.dry_run,
-                decide=lambda observed: self._decide(wants, observed, now))
+                decide=lambda observed, named: self._decide(named, observed, now))
         finally:
             self.status.cycles += 1
             self.status.last_cycle_at = now
@@ -181,7 +181,7 @@ class SlurmBridge:
         exports = self._catalog.exports_or_empty() if self._catalog else EMPTY_EXPORTS
         return exports.guard_or_default().window
 
-    def _decide(self, wants: dict[str, NodeWant], observed: Mapping[str, SlurmNode],
+    def _decide(self, wants: Mapping[str, NodeWant], observed: Mapping[str, SlurmNode],
                 now: float) -> dict[str, NodeWant]:
         """What Slurm should show: `wants` through the settle delays and the guard, which
         counts the nodes Slurm has (the first cycle takes crr's drains Slurm shows)."""

@@ -14,8 +14,8 @@ import sys
 import time
 from typing import Any
 
-from crr.bridges.release import listen_releases, running_suspension
 from crr.bridges.host_map import HostMap, MappedSlurmDoor
+from crr.bridges.release import listen_releases, running_suspension
 from crr.bridges.slurm import DEFAULT_TIMEOUT, SlurmCommands, SlurmDoor
 from crr.bridges.slurm_bridge import HEALTH_REPORTER, SlurmBridge
 from crr.bridges.slurm_metrics import register_metrics
