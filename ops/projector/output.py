@@ -63,6 +63,8 @@ class Output:
         """(seq, subject, data) of the last status written (what CRR_SNAPSHOT must hold)."""
         self.status_writes = 0
         self._on_catalog = on_catalog
+        self.watermark: float | None = None
+        """The watermark the fold last expired at (`crr.projector.watermark`): the status's."""
 
     async def load_written(self, *, digest: bool) -> RawRecords:
         """Read what CRR_SNAPSHOT holds now, so unchanged records are not rewritten; the
@@ -127,7 +129,8 @@ class Output:
         now = time.time() if now is None else now
         await self._pos.coverage()
         status = status_record(now, who=self._who, pos=self._pos, cut=self.cut,
-                               origin=self._origin, hosts=self._fold.host_count)
+                               origin=self._origin, hosts=self._fold.host_count,
+                               watermark=self.watermark)
         subject = status_subject(self._who.partition)
         data = encode(status)
         async with self.writer.fenced() as fence:

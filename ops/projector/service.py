@@ -56,6 +56,7 @@ from crr.projector.position import Position
 from crr.projector.snapshot_writer import SnapshotWriter
 from crr.projector.start import Start
 from crr.projector.status import Identity, Origin, tick
+from crr.projector.watermark import Watermark
 from crr.schemas.errors import BusError, CrrError, CrrTimeoutError, LeaseLostError
 from crr.schemas.snapshot import RebuildProgress
 from crr.schemas.subjects import SNAPSHOT_STREAM, owns
@@ -146,6 +147,7 @@ class Projector:
         self._peers = Peers(nc, self._pos, partition=partition, partitions=self.partitions,
                             wake=self._wake)
         self._gc = Freezer(gc_freeze)
+        self._watermark = Watermark()
         self._startup = Start(
             nc, fold=self._fold, input_=self._input, output=self._output, pos=self._pos,
             origin=self._origin, gc=self._gc, partition=partition, partitions=self.partitions,
@@ -259,6 +261,7 @@ class Projector:
 
         relay = asyncio.create_task(relay_stop())
         remove_listener = add_reconnect_listener(self._nc, self._checks.on_reconnect)
+        remove_hold = add_reconnect_listener(self._nc, self._reconnected)
         graceful = False
         refiner: asyncio.Task[None] | None = None
         try:
@@ -271,6 +274,7 @@ class Projector:
             if refiner is not None:
                 refiner.cancel()
             remove_listener()
+            remove_hold()
             await self._peers.close()
             await self._checks.close()
             if self._lease is not None:
@@ -297,8 +301,9 @@ class Projector:
         self._retention.check()
         if self._lease is not None and not await self._take_lease(stop):
             return False
-        # Initial load done: bring expiry up to now, then write the differences only.
-        self._fold.expire(tick())
+        # Initial load done (everything stored before it is folded): bring expiry up to
+        # the watermark, then write the differences only.
+        self._fold.expire(self._advance_watermark(tick()))
         try:
             with nats_errors():
                 await self._output.flush()
@@ -355,7 +360,11 @@ class Projector:
         now = time.time()
         deadline = self._fold.next_deadline()
         wait = pace.next_status - now
-        if deadline is not None:
+        resume = self._watermark.resume_at
+        if resume is not None or not self._nc.is_connected:
+            # Held (cut off, or after a reconnect): deadlines wait for the watermark.
+            wait = min(wait, (resume or now + wait) - now)
+        elif deadline is not None:
             wait = min(wait, deadline - now)
         if pace.owed:
             wait = min(wait, pace.last_status + STATUS_GAP - now)
@@ -370,7 +379,9 @@ class Projector:
             pace.next_status = 0.0
         await self._input.fold_backlog()
         now = tick()
-        self._fold.expire(now)
+        # Deadlines are judged at the watermark, not the tick: folding a backlog in order
+        # expires exactly what the history says (docs/contract.md).
+        self._fold.expire(self._advance_watermark(now))
         if self._fold.unwritten():
             with nats_errors():
                 await self._output.flush()
@@ -395,6 +406,31 @@ class Projector:
         pace.failures = 0
         self._input.trim(self._pos.pending)
         self._gc.grown(self._fold.state)
+
+    @property
+    def watermark(self) -> float | None:
+        """Every event stored before this time is folded (`crr.projector.watermark`; None:
+        not started)."""
+        return self._watermark.at
+
+    def _advance_watermark(self, now: float) -> float:
+        """The watermark at this round's tick `now` (what the fold expires at and the
+        status carries)."""
+        last = self._fold.last_event
+        at = self._watermark.advance(
+            now, connected=bool(self._nc.is_connected),
+            caught_up=not (self.buffered or self._pos.pending),
+            last_stored=None if last is None else last.time)
+        self._output.watermark = at
+        return at
+
+    def _reconnected(self) -> None:
+        """NATS is back: hold the watermark for one longest `interval + grace`, so reporters
+        whose reports could not be stored meanwhile report again before it moves on."""
+        catalog = self._fold.state.catalog
+        wait = catalog.longest_lifetime() if catalog is not None else 0.0
+        self._watermark.reconnected(time.time(), wait)
+        log.info("projector: reconnected; watermark held for %.1f s", wait)
 
     def _caught_up(self) -> bool:
         """Nothing left to flush: nothing unwritten, nothing received and not folded,
