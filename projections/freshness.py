@@ -23,7 +23,8 @@ before it) into every status; a reader judges every value at
 current layout's statuses — and passes that as the `now` of the functions
 here.  While the projector is live and caught up that is `now`; while it is
 silent or behind, values keep the state they had at the watermark (fail
-static) for up to `outage_hold`, then expire again, `outage_hold` late
+static) for up to `outage_hold` (`crr.schemas.catalog.DEFAULT_OUTAGE_HOLD`, 10 min,
+unless `resources.yaml` says), then expire again, `outage_hold` late
 (docs/contract.md, "Freshness at the watermark").
 
 **Liveness of the projector** (`projector_liveness`): from the status
@@ -44,7 +45,6 @@ from typing import Final, Literal, TypeVar
 import msgspec
 
 from crr.projections.record.codes import ABSENT, FRESH, NULL, STALE, Freshness
-from crr.schemas.catalog import DEFAULT_OUTAGE_HOLD as DEFAULT_OUTAGE_HOLD
 from crr.schemas.snapshot import (
     ClusterSnapshot,
     HostSnapshot,

@@ -1,8 +1,11 @@
 """A per-host door's view of the snapshot: that host's record, the cluster record, the catalog.
 
-One ordered consumer on CRR_SNAPSHOT filtered to exactly those three subjects
-(last per subject, then live): a bridge beside each of 50k nodes reads three
-records, never the whole snapshot.
+One ordered consumer on CRR_SNAPSHOT filtered to exactly those three subjects and the
+projector's status records (last per subject, then live): a bridge beside each of 50k
+nodes reads a handful of records, never the whole snapshot.  Wants are planned at the
+`judged_at` of those statuses (the projector's watermark, at most `outage_hold` back:
+docs/contract.md, "Freshness at the watermark"); a status record alone does not wake
+the engine.
 """
 
 from __future__ import annotations
@@ -11,19 +14,26 @@ import asyncio
 import logging
 import time
 
+from crr.admin.liveness import judgement
 from crr.bridges.engine import Clock, Planner
+from crr.bridges.view_source import on_clock
 from crr.bus.connection import Connection
 from crr.bus.ordered import OrderedReader, StoredMessage
+from crr.projections.coverage import Coverage
 from crr.projections.exports import NodeWant, plan_host
+from crr.projections.freshness import Judgement
 from crr.schemas.catalog import Catalog
 from crr.schemas.codec import decode
 from crr.schemas.errors import PayloadError
-from crr.schemas.snapshot import ClusterSnapshot, HostSnapshot
+from crr.schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus
 from crr.schemas.subjects import (
     SNAPSHOT_CATALOG,
     SNAPSHOT_CLUSTER,
+    SNAPSHOT_PROJECTOR,
     SNAPSHOT_STREAM,
+    STATUS_PARTITIONS,
     host_snapshot_subject,
+    is_projector_status,
     snapshot_kind,
 )
 
@@ -38,6 +48,9 @@ class HostSource:
         self.record: HostSnapshot | None = None
         self.cluster: ClusterSnapshot | None = None
         self.planner = Planner()
+        self.catalog: Catalog | None = None
+        self.coverage = Coverage()
+        """The projector's status records (their watermark: `judgement`)."""
         self.changed = asyncio.Event()
         self.position = 0
         """Last CRR_SNAPSHOT sequence handled."""
@@ -46,7 +59,8 @@ class HostSource:
         self._subject = host_snapshot_subject(host)
         self._reader = OrderedReader(
             nc, stream=SNAPSHOT_STREAM, subject=self._subject, handler=self._on_msg,
-            filter_subjects=[self._subject, SNAPSHOT_CLUSTER, SNAPSHOT_CATALOG])
+            filter_subjects=[self._subject, SNAPSHOT_CLUSTER, SNAPSHOT_CATALOG,
+                             SNAPSHOT_PROJECTOR, STATUS_PARTITIONS])
 
     @property
     def changed_at(self) -> float | None:
@@ -56,9 +70,16 @@ class HostSource:
     def _on_msg(self, m: StoredMessage) -> None:
         self.position = max(self.position, m.seq)
         try:
+            if is_projector_status(m.subject):
+                if m.data:
+                    self.coverage.add(m.subject, m.seq, decode(m.data, ProjectorStatus))
+                else:
+                    self.coverage.remove(m.subject)
+                return  # (no re-plan for a status alone: see the module doc)
             kind = snapshot_kind(m.subject)
             if kind == "catalog":
-                self.planner.set_catalog(decode(m.data, Catalog))
+                self.catalog = decode(m.data, Catalog)
+                self.planner.set_catalog(self.catalog)
             elif kind == "cluster":
                 self.cluster = decode(m.data, ClusterSnapshot) if m.data else None
             elif m.subject == self._subject:
@@ -76,7 +97,15 @@ class HostSource:
         exports = self.planner.exports
         if exports is None:
             return {}
-        return {self.host: plan_host(exports, self.record, self.cluster, now)}
+        judged = self.judgement(now)
+        return on_clock({self.host: plan_host(exports, self.record, self.cluster,
+                                              judged.judged_at)}, judged)
+
+    def judgement(self, now: float | None = None) -> Judgement:
+        """When this host's values are judged at `now` (default: the clock), from the
+        projector's statuses (`crr.admin.liveness.judgement`)."""
+        return judgement(self.coverage.current, self.catalog,
+                         self._clock() if now is None else now)
 
     async def start(self, timeout: float = 30.0) -> None:
         """Subscribe and wait for the initial load."""

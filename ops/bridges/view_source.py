@@ -5,15 +5,22 @@ columnar table, followed live; the wants of every host are planned from it
 (`crr.projections.exports.plan_table`).  The view's listener marks the source
 changed on every record, the catalog record re-plans the exports (a catalog
 whose exports no longer compile keeps the last good plan: `Planner`).
+
+Wants are planned at the view's `judged_at` (the projector's watermark, at most
+`outage_hold` back: docs/contract.md, "Freshness at the watermark"), so a projector
+that stops or falls behind changes nothing on the target until `outage_hold` runs out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
+from collections.abc import Mapping
 
 from crr.bridges.engine import Clock, Planner
 from crr.projections.exports import NodeWant, plan_table
+from crr.projections.freshness import Judgement
 from crr.schemas.catalog import Catalog
 from crr.view.scheduler_view import SchedulerView
 
@@ -54,8 +61,20 @@ class ViewSource:
         exports = self.planner.exports
         if exports is None:
             return {}
-        return plan_table(exports, self.view.table, now)
+        judged = self.view.judgement(now)
+        return on_clock(plan_table(exports, self.view.table, judged.judged_at), judged)
 
     def close(self) -> None:
         """Stop listening to the view."""
         self._unsubscribe()
+
+
+def on_clock(wants: Mapping[str, NodeWant], judged: Judgement) -> dict[str, NodeWant]:
+    """`wants` planned at `judged.judged_at`, with their `expires_at` moved onto the clock
+    (by the lag `now - judged_at`), so the engine does not wake again and again for a
+    deadline the judgement has not reached while it holds."""
+    shift = judged.now - judged.judged_at
+    if shift <= 0:
+        return dict(wants)
+    return {h: w if w.expires_at is None else dataclasses.replace(
+        w, expires_at=w.expires_at + shift) for h, w in wants.items()}

@@ -42,9 +42,6 @@ class Watermark:
             return self.at
         if not held:
             self.resume_at = None
-        if caught_up or last_stored is None:
-            candidate = tick
-        else:
-            candidate = min(last_stored, tick)
+        candidate = tick if caught_up or last_stored is None else min(last_stored, tick)
         self.at = candidate if self.at is None else max(self.at, candidate)
         return self.at

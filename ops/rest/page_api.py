@@ -152,7 +152,7 @@ class PageApi:
         """`GET /v1/host-table`."""
         self._ready()
         view = self.view
-        now = time.time()
+        now = view.judged_at  # freshness at the watermark (crr.admin.liveness.judgement)
         if reporter_state is not None and reporter_state not in REPORTER_STATES:
             raise CrrError(f"unknown reporter state {reporter_state!r}: expected one of "
                            f"{', '.join(sorted(REPORTER_STATES))}")
@@ -173,17 +173,20 @@ class PageApi:
         """`GET /v1/summary` (reused for `SUMMARY_TTL` s)."""
         self._ready()
         view = self.view
-        now = time.time()
+        judged = view.judgement()
+        now = judged.now
         cached = self._summary
         if cached is not None and 0 <= now - cached.at < SUMMARY_TTL:
             return cached
         self.facts.prune(len(view.table))
-        hosts, statuses, values, reporters = count_hosts(view.table, self.facts, now)
+        hosts, statuses, values, reporters = count_hosts(view.table, self.facts,
+                                                         judged.judged_at)
         self._summary = Summary(at=now, hosts=hosts, host_status=dict(statuses),
                                 values=dict(values), reporters=dict(reporters),
                                 failing_reporters=sum(n for s, n in reporters.items()
                                                       if s in FAILING_STATES),
-                                liveness=self.live(now), position=view.position,
+                                liveness=self.live(now), judgement=judged,
+                                position=view.position,
                                 projector_position=view.projector_position)
         return self._summary
 

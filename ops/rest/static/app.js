@@ -13,7 +13,7 @@
 
   const status = window.crrStatus = {
     loadId: Math.random().toString(36).slice(2), // unchanged unless the page reloads
-    connected: false, loaded: false, updates: 0, liveness: null, view: "hosts",
+    connected: false, loaded: false, updates: 0, liveness: null, judgement: null, view: "hosts",
     total: null, refreshes: 0, selectError: null, timeline: null, latency: null, host: null,
     cell(host, resource) {  // what a test (or a curious operator) sees in one cell
       const td = document.querySelector(
@@ -105,9 +105,21 @@
     if (!keys.length) span.append("none");
     return span;
   }
+  // While the projector's watermark lags, values are judged at it (the server's
+  // judged_at, never the browser's clock): a banner says so.
+  function showJudgement(j) {
+    const banner = $("#holding");
+    if (!j || !j.detail) { banner.hidden = true; return; }
+    banner.hidden = false;
+    banner.className = j.expired ? "holding expired" : "holding";
+    banner.textContent = j.holding
+      ? `crr is holding values at the projector's watermark — ${j.detail}`
+      : `values are expiring again — ${j.detail}`;
+  }
   async function loadSummary() {
     const s = await getJSON("/v1/summary");
     status.summary = s;
+    showJudgement(s.judgement);
     $("#sum-hosts").textContent = s.hosts;
     $("#sum-status").replaceChildren(counts(s.host_status, ["failing", "stale", "unknown", "ok", "empty"]));
     $("#sum-values").replaceChildren(counts(s.values, ["fresh", "stale", "unknown"]));
@@ -526,6 +538,16 @@
       span.textContent = `projector ${live.detail}`;
       span.className = `liveness ${live.state}`;
       if (live.state !== "live" && status.loaded) {
+        scheduleRefresh();
+        scheduleSummary();
+      }
+    });
+    es.addEventListener("judgement", (e) => {
+      const j = JSON.parse(e.data);
+      const was = status.judgement;
+      status.judgement = j;
+      showJudgement(j);
+      if (status.loaded && was && (was.holding !== j.holding || was.expired !== j.expired)) {
         scheduleRefresh();
         scheduleSummary();
       }
