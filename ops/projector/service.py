@@ -420,17 +420,28 @@ class Projector:
         at = self._watermark.advance(
             now, connected=bool(self._nc.is_connected),
             caught_up=not (self.buffered or self._pos.pending),
-            last_stored=None if last is None else last.time)
+            last_stored=None if last is None else last.time,
+            reconnect_wait=self._reconnect_wait(), reconnect_cap=self._reconnect_cap())
         self._output.watermark = at
         return at
 
     def _reconnected(self) -> None:
         """NATS is back: hold the watermark for one longest `interval + grace`, so reporters
         whose reports could not be stored meanwhile report again before it moves on."""
+        wait = self._reconnect_wait()
+        self._watermark.reconnected(time.time(), wait, self._reconnect_cap())
+        log.info("projector: reconnected; watermark held until %.1f s after the first event "
+                 "stored since", wait)
+
+    def _reconnect_cap(self) -> float:
+        """The catalog's `outage_hold` (the longest a reconnect holds the watermark)."""
         catalog = self._fold.state.catalog
-        wait = catalog.longest_lifetime() if catalog is not None else 0.0
-        self._watermark.reconnected(time.time(), wait)
-        log.info("projector: reconnected; watermark held for %.1f s", wait)
+        return catalog.outage_hold_s() if catalog is not None else 0.0
+
+    def _reconnect_wait(self) -> float:
+        """The catalog's longest `interval + grace` (0 without a catalog)."""
+        catalog = self._fold.state.catalog
+        return catalog.longest_lifetime() if catalog is not None else 0.0
 
     def _caught_up(self) -> bool:
         """Nothing left to flush: nothing unwritten, nothing received and not folded,

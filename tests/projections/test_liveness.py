@@ -99,7 +99,7 @@ async def test_every_surface_tells_a_stopped_projector_and_stale_values(
         r = await eventually(unhealthy, 10, "/healthz 503 once the projector is silent")
         body = r.json()
         assert body["status"] == "unavailable"
-        assert [p["code"] for p in body["problems"]][0] == "projector_silent"
+        assert next(p["code"] for p in body["problems"]) == "projector_silent"
         assert body["nats"] == "connected"
         assert body["liveness"]["state"] == "silent"
         assert body["liveness"]["last_status_age"] > SILENT_AFTER

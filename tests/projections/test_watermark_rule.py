@@ -73,13 +73,17 @@ def test_no_status_judges_at_now(now: float, hold: float) -> None:
 def test_holding_then_past_the_hold_says_so() -> None:
     wm = T0
     live = judge(wm, wm + 1.0, 600.0)
-    assert not live.holding and live.judged_at == wm
+    assert not live.holding
+    assert live.judged_at == wm
     held = judge(wm, wm + HOLDING_AFTER + 11.7, 600.0)
-    assert held.holding and held.hold_left is not None
+    assert held.holding
+    assert held.hold_left is not None
     assert held.detail == (f"holding: watermark {format_time(wm)}, 14.2 s behind; "
                            "586 s of outage_hold left")
     past = judge(wm, wm + 700.0, 600.0)
-    assert past.expired and not past.holding and past.judged_at == wm + 100.0
+    assert past.expired
+    assert not past.holding
+    assert past.judged_at == wm + 100.0
     assert past.detail.startswith("past outage_hold (600 s)")
     # outage_hold 0: the old behaviour, judged at now.
     assert judge(wm, wm + 30.0, 0.0).judged_at == wm + 30.0

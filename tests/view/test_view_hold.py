@@ -53,9 +53,12 @@ async def test_select_holds_past_expires_at_within_the_hold(nc: Client,
                                                             view: SchedulerView) -> None:
     expires = await _stopped_projector_view(nc, view, "10m")
     judged = view.judgement(expires + 30)
-    assert judged.holding and not judged.expired
-    assert judged.watermark is not None and judged.judged_at == judged.watermark < expires
-    assert judged.lag is not None and judged.lag > 30
+    assert judged.holding
+    assert not judged.expired
+    assert judged.watermark is not None
+    assert judged.judged_at == judged.watermark < expires
+    assert judged.lag is not None
+    assert judged.lag > 30
     assert "of outage_hold left" in judged.detail
     # Past its expires_at on the clock, but judged at the watermark: still selected.
     assert view.select("scratch_free > 100", expires + 30) == ["n1"]
@@ -77,11 +80,13 @@ async def test_healthz_says_projector_lagging_while_holding(nc: Client,
     watermark = view.judgement().watermark
     assert watermark is not None
     caught_up = api.health(watermark + 0.5)
-    assert caught_up.status == "ok" and not caught_up.problems
+    assert caught_up.status == "ok"
+    assert not caught_up.problems
     body = api.health(expires + 30)
     assert body.status == "unavailable"
     assert [p.code for p in body.problems] == ["projector_lagging"]
-    assert body.judgement is not None and body.judgement.holding
+    assert body.judgement is not None
+    assert body.judgement.holding
 
 
 async def test_outage_hold_zero_judges_at_now(nc: Client, view: SchedulerView) -> None:
