@@ -57,7 +57,9 @@ def wants_from_view(view: SchedulerView, exports: CompiledExports, now: float,
     export's compiled expression is run once with `view.select` over all hosts (the
     vectorised evaluator, which the select[] property tests hold to the reference one
     that `plan_table` uses per host) instead of once per host.  Raw values are not
-    exported to Slurm, so they are left out.
+    exported to Slurm, so they are left out.  `now` is the clock: `view.select` judges
+    at the view's `judged_at` for it (the projector's watermark, at most `outage_hold`
+    back: docs/contract.md, "Freshness at the watermark").
     """
     feats: dict[str, set[str]] = {h: set() for h in view.table.hosts()}
     for name, compiled in exports.features.items():
