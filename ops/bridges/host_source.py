@@ -16,7 +16,7 @@ import time
 
 from crr.admin.liveness import judgement
 from crr.bridges.engine import Clock, Planner
-from crr.bridges.view_source import on_clock
+from crr.bridges.view_source import on_clock, said
 from crr.bus.connection import Connection
 from crr.bus.ordered import OrderedReader, StoredMessage
 from crr.projections.coverage import Coverage
@@ -51,6 +51,8 @@ class HostSource:
         self.catalog: Catalog | None = None
         self.coverage = Coverage()
         """The projector's status records (their watermark: `judgement`)."""
+        self.judged: Judgement | None = None
+        """The judgement the last wants were planned at (`holding` for the bridge's status)."""
         self.changed = asyncio.Event()
         self.position = 0
         """Last CRR_SNAPSHOT sequence handled."""
@@ -97,7 +99,7 @@ class HostSource:
         exports = self.planner.exports
         if exports is None:
             return {}
-        judged = self.judgement(now)
+        judged = self.judged = said(self.judged, self.judgement(now))
         return on_clock({self.host: plan_host(exports, self.record, self.cluster,
                                               judged.judged_at)}, judged)
 

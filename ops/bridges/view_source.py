@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from collections.abc import Mapping
 
@@ -23,6 +24,8 @@ from crr.projections.exports import NodeWant, plan_table
 from crr.projections.freshness import Judgement
 from crr.schemas.catalog import Catalog
 from crr.view.scheduler_view import SchedulerView
+
+log = logging.getLogger("crr.bridge")
 
 
 class ViewSource:
@@ -35,6 +38,8 @@ class ViewSource:
         self._changed_at: float | None = None
         self._clock = clock
         self._catalog: Catalog | None = None
+        self.judged: Judgement | None = None
+        """The judgement the last wants were planned at (`holding` for the bridge's status)."""
         self._unsubscribe = view.subscribe(self._on_change)
         self._follow_catalog()
 
@@ -61,7 +66,7 @@ class ViewSource:
         exports = self.planner.exports
         if exports is None:
             return {}
-        judged = self.view.judgement(now)
+        judged = self.judged = said(self.judged, self.view.judgement(now))
         return on_clock(plan_table(exports, self.view.table, judged.judged_at), judged)
 
     def close(self) -> None:
@@ -78,3 +83,14 @@ def on_clock(wants: Mapping[str, NodeWant], judged: Judgement) -> dict[str, Node
         return dict(wants)
     return {h: w if w.expires_at is None else dataclasses.replace(
         w, expires_at=w.expires_at + shift) for h, w in wants.items()}
+
+
+def said(before: Judgement | None, now: Judgement) -> Judgement:
+    """`now`, logged when the bridge starts or stops holding (or passes `outage_hold`)."""
+    was = (before.holding, before.expired) if before is not None else (False, False)
+    if (now.holding, now.expired) != was:
+        if now.detail:
+            log.warning("bridge: %s", now.detail)
+        else:
+            log.warning("bridge: caught up with the projector's watermark; no longer holding")
+    return now
