@@ -19,7 +19,15 @@ same time.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+from crr.projections.freshness import status_watermark
+from crr.projector.checkpoint_read import RawRecords
+from crr.schemas.codec import decode
+from crr.schemas.errors import PayloadError
+from crr.schemas.snapshot import ProjectorStatus
+from crr.schemas.subjects import status_subject
 
 
 @dataclass
@@ -73,3 +81,17 @@ class Watermark:
         candidate = tick if caught_up or last_stored is None else min(last_stored, tick)
         self.at = candidate if self.at is None else max(self.at, candidate)
         return self.at
+
+
+def previous_watermark(raw: RawRecords, partition: int | None) -> float | None:
+    """The watermark of the status CRR_SNAPSHOT holds for this projector (None: none, or
+    unreadable).  A rebuilding projector's status carries it: readers keep the previous
+    records until the rebuild is done, and hold at the watermark they were written at."""
+    found = raw.get(status_subject(partition))
+    if found is None or not found[1]:
+        return None
+    try:
+        at = status_watermark(decode(found[1], ProjectorStatus))
+    except PayloadError:
+        return None
+    return at if math.isfinite(at) else None

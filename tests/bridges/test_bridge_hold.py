@@ -31,12 +31,12 @@ async def test_sources_hold_the_wants_while_the_projector_is_stopped(nc: Client)
         snap = view.table.get("n3")
         assert snap is not None
         expires = parse_time(snap.values["blink"].expires_at)  # 1 s after the report
-        for wants, judged in ((source.wants(expires + 30), lambda: source.judged),
-                              (host.wants(expires + 30), lambda: host.judged)):
+        cluster_wants = source.wants(expires + 30)
+        host_wants = host.wants(expires + 30)
+        for wants, judged in ((cluster_wants, source.judged), (host_wants, host.judged)):
             assert wants["n3"].features == {"blinking"}  # held: the projector is stopped
-            now_judged = judged()
-            assert now_judged is not None
-            assert now_judged.holding
+            assert judged is not None
+            assert judged.holding
             # Its next change is put on the clock: not before now (no busy wake-ups).
             assert wants["n3"].expires_at is not None
             assert wants["n3"].expires_at > expires + 30

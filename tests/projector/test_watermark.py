@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import time
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,11 +19,12 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from crr.bus.server import NatsServer
-from crr.projector.watermark import Watermark
+from crr.projector.watermark import Watermark, previous_watermark
 from crr.schemas.catalog_loader import load_catalog_text
-from crr.schemas.codec import decode
-from crr.schemas.snapshot import HostSnapshot
-from crr.schemas.wire_time import parse_time
+from crr.schemas.codec import decode, encode
+from crr.schemas.snapshot import HostSnapshot, ProjectorStatus
+from crr.schemas.subjects import status_subject
+from crr.schemas.wire_time import format_time, parse_time
 from tests.support.faults import eventually
 from tests.support.projector import (
     publish_catalog,
@@ -248,3 +250,18 @@ async def test_a_nats_server_restart_writes_no_stale_then_fresh(
                  if states[i - 1] == "stale" and states[i] == "fresh"]
         assert not flaps, f"{host}: stale then fresh in {states}"
         assert states[-1] == "fresh"
+
+
+def test_a_rebuilding_status_keeps_the_previous_watermark() -> None:
+    """While a projector rebuilds, readers keep the previous records: its `rebuilding`
+    status carries the watermark of the status CRR_SNAPSHOT held, so they hold at it."""
+    old = ProjectorStatus(last_seq=9, stream_last_seq=9, lag=0, last_tick=format_time(T0 + 1),
+                          started_at=format_time(T0 - 60), watermark=format_time(T0),
+                          watermark_ts=T0)
+    raw = {status_subject(None): (7, encode(old)), status_subject(1): (8, b"")}
+    assert previous_watermark(raw, None) == T0
+    assert previous_watermark(raw, 1) is None  # deleted
+    assert previous_watermark(raw, 2) is None  # none
+    older = msgspec.structs.replace(old, watermark="", watermark_ts=None)
+    assert previous_watermark({status_subject(None): (7, encode(older))}, None) == T0 + 1
+    assert previous_watermark({status_subject(None): (7, b"{not json")}, None) is None
