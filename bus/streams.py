@@ -1,4 +1,5 @@
-"""Idempotent provisioning of the two JetStream streams crr uses (DESIGN §3).
+"""Idempotent provisioning of the two JetStream streams crr uses (docs/contract.md, "Subjects and
+streams").
 
 Safe to re-run: a stream that exists with the same settings is left alone;
 one whose settings conflict with what crr needs is reported (StreamConfigError
@@ -56,7 +57,8 @@ def partition_transform(partitions: int) -> SubjectTransform | None:
 
     `crr.v1.<kind>.host.<host>.<reporter>` is stored as `….<reporter>.<p>`, so
     projector `p` filters `crr.v1.*.host.*.*.<p>`.  Publishers (and their
-    permissions) keep the DESIGN §3 subjects; only the stored subject changes.
+    permissions) keep the subjects of docs/contract.md, "Subjects and streams"; only the stored
+    subject changes.
     """
     if partitions <= 1:
         return None

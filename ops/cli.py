@@ -46,7 +46,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def common_options() -> argparse.ArgumentParser:
-    """Options every command takes (DESIGN §7)."""
+    """Options every command takes (docs/contract.md, "CLI")."""
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("connection")
     g.add_argument("--server", metavar="URL", default=None,

@@ -1,4 +1,5 @@
-"""The external-reporter SDK: publish crr values from any Python program (DESIGN §3).
+"""The external-reporter SDK: publish crr values from any Python program (docs/contract.md,
+"Subjects and streams").
 
 An *external reporter* is a program that is not run by the agent: a
 license-server poller, a file-system quota server, a dataset index.  It
@@ -71,7 +72,7 @@ class PublishError:
     error: str
 
 
-class ExternalReporter:
+class ExternalPublisher:
     """Publishes one reporter's values (cluster scope, or per host) through one outbox."""
 
     def __init__(
@@ -106,7 +107,7 @@ class ExternalReporter:
         attempts: int | None = None,
         flush_timeout: float = 5.0,
     ) -> AsyncIterator[Self]:
-        """`async with ExternalReporter.connect(reporter=..., url=..., creds=...) as rep:`.
+        """`async with ExternalPublisher.connect(reporter=..., url=..., creds=...) as rep:`.
 
         `creds` is a credentials file (nkey seed, `.creds`, or user/password
         file); `attempts=None` retries the first connection forever (a
@@ -195,14 +196,14 @@ class CentralRunner:
     (`crr.producers.runner.ReporterRunner`: own process group, minimal
     environment — no NATS credentials —, timeout, bounded output, backoff,
     quarantine); its reports, inventories and health go to the reporter's
-    **cluster** subjects through an `ExternalReporter`.  `apply(catalog)`
+    **cluster** subjects through an `ExternalPublisher`.  `apply(catalog)`
     starts, restarts (on a change of the reporter or its resources) or stops
     the runner, as the agent does.
     """
 
     def __init__(
         self,
-        rep: ExternalReporter,
+        rep: ExternalPublisher,
         *,
         reporters_dir: str | Path,
         environ: Mapping[str, str] | None = None,

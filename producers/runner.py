@@ -29,7 +29,7 @@ and a descendant still holds stdout past `exit_grace`, the group is killed;
 after every run whatever is left of the group is killed and the leader is
 reaped.  Output is bounded by `max_output_bytes` (see `script_pipes`).
 
-Health (DESIGN §4), published when the state (or exit code) changes:
+Health (docs/contract.md, "Payloads"), published when the state (or exit code) changes:
 
 - `ok`: a run (or stream line) produced a usable report;
 - `failed`: the command is missing, not executable or cannot start, or a
@@ -68,6 +68,8 @@ from typing import Any
 
 from crr.bus.cancel import cancel_and_wait
 from crr.bus.retry import Backoff
+from crr.producers.exposition import ExpositionMap
+from crr.producers.exposition_sources import ScrapeError, TextfileDirectory, scrape
 from crr.producers.observe import RunObserver
 from crr.producers.publisher import ReporterPublisher
 from crr.producers.script_output import (
@@ -185,6 +187,9 @@ class ReporterRunner:
         self._inventory_devices: list[Device] | None = None
         self._inventory_generation = 0
         self._said_looping = False
+        self._exposition = ExpositionMap(self.spec) if self.spec.exposition() else None
+        self._textfiles = (TextfileDirectory(self.spec.directory, limit=self.spec.max_output_bytes)
+                           if isinstance(self.spec.directory, str) else None)
 
     @property
     def name(self) -> str:
@@ -343,6 +348,8 @@ class ReporterRunner:
         return None
 
     async def _run_periodic_once(self) -> Outcome:
+        if self.spec.type in ("textfile", "scrape"):
+            return await self._collect_once()
         loop = asyncio.get_running_loop()
         timeout = self.spec.effective_timeout()
         deadline = loop.time() + timeout
@@ -418,15 +425,35 @@ class ReporterRunner:
         """
         await _first(err.finished, within=self.exit_grace)
 
+    async def _collect_once(self) -> Outcome:
+        """One read of a textfile directory or one scrape (`crr.producers.exposition_sources`)."""
+        assert self._exposition is not None
+        timeout = self.spec.effective_timeout()
+        try:
+            if self._textfiles is not None:
+                read = await asyncio.wait_for(asyncio.to_thread(self._textfiles.read), timeout)
+                return self._publish(self._exposition.apply(read.expo, read.problems),
+                                     read.observed_at)
+            assert isinstance(self.spec.url, str)
+            data = await scrape(self.spec.url, timeout=timeout, limit=self.spec.max_output_bytes)
+            return self._publish(self._exposition.from_text(data, source="scrape"))
+        except TimeoutError:
+            return Outcome("failed", f"reading {self.spec.directory} took over {timeout:g}s")
+        except ScrapeError as exc:
+            return Outcome("failed", _detail(exc.message))
+        except BadOutput as exc:
+            return Outcome("bad_output", _detail(exc.message))
+
     def _use_output(self, data: bytes, err: TailCapture) -> Outcome:
         try:
-            parsed = parse_report(data, self.spec.format, self.kinds)
+            parsed = (self._exposition.from_text(data) if self._exposition is not None
+                      else parse_report(data, self.spec.format, self.kinds))
         except BadOutput as exc:
             return Outcome("bad_output", _detail(exc.message, err.text()))
         return self._publish(parsed)
 
-    def _publish(self, parsed: ParsedOutput) -> Outcome:
-        observed_at = time.time()
+    def _publish(self, parsed: ParsedOutput, observed: float | None = None) -> Outcome:
+        observed_at = time.time() if observed is None else observed
         if parsed.values is not None:
             self.publisher.report(parsed.values, observed_at)
         if parsed.inventory is not None:

@@ -1,4 +1,5 @@
-"""What a reporter script printed, made into values and an inventory (DESIGN §5).
+"""What a reporter script printed, made into values and an inventory (docs/contract.md,
+"`resources.yaml`").
 
 Two formats:
 

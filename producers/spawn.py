@@ -1,4 +1,5 @@
-"""Starting reporter scripts with `os.posix_spawn` and containing them (DESIGN §5 Script protocol).
+"""Starting reporter scripts with `os.posix_spawn` and containing them (docs/contract.md,
+"`resources.yaml`": Script protocol).
 
 A script runs in its own session and process group (`setsid`), with stdin
 from `/dev/null`, stdout and stderr on pipes (stdout on a pseudo-terminal

@@ -2,7 +2,7 @@
 
 Pure: no IO.  A `HostSnapshot`/`ClusterSnapshot` written by this version
 carries, beside what readers use, everything the fold needs to go on as if
-it had never stopped (DESIGN §4): the exact float times (`*_ts`), stale
+it had never stopped (docs/contract.md, "Payloads"): the exact float times (`*_ts`), stale
 values' `last_value` and `stale_since`, each reporter's `first_seen_ts`,
 `silent`, `rejected_total` and `missing`.  `record_of` turns one record back
 into the fold's `Record`; `restore` builds a whole `ProjectionState`.
@@ -28,40 +28,13 @@ from crr.projections.fold import install, set_catalog
 from crr.projections.state import Batch, InventorySlot, ProjectionState, Record, ReporterRecord
 from crr.schemas.catalog import Catalog
 from crr.schemas.errors import CrrError, SubjectError
-from crr.schemas.snapshot import InventoryEntry, ReporterStatus
+from crr.schemas.snapshot import ReporterStatus
+from crr.schemas.snapshot_views import CheckpointRecord, DueRecord
 from crr.schemas.subjects import CATALOG, parse_event_subject, parse_forget_subject
 
 
 class CheckpointError(CrrError, ValueError):
     """A snapshot record that cannot be restored from (older writer, inconsistent)."""
-
-
-# -- what a restore reads of a record (a lean decode: readers' strings are skipped) -----
-
-
-class _AsOf(msgspec.Struct, frozen=True, gc=False):
-    seq: int
-    ts: float | None = None
-
-
-class _Value(msgspec.Struct, frozen=True, gc=False):
-    state: str
-    reporter: str
-    observed_at: str
-    value: Any = None
-    last_value: Any = None
-    received_ts: float | None = None
-    expires_ts: float | None = None
-
-
-class CheckpointRecord(msgspec.Struct, frozen=True):
-    """What a restore needs of a HostSnapshot or ClusterSnapshot (`host` None: cluster)."""
-
-    as_of: _AsOf
-    host: str | None = None
-    values: dict[str, _Value] = msgspec.field(default_factory=dict)
-    inventory: dict[str, InventoryEntry] = msgspec.field(default_factory=dict)
-    reporters: dict[str, ReporterStatus] = msgspec.field(default_factory=dict)
 
 
 decode_record = msgspec.json.Decoder(CheckpointRecord).decode
@@ -217,33 +190,7 @@ class Deferred:
 # -- lazy restore: a host's record is placed when something first needs it ---------------
 
 
-class _DueValue(msgspec.Struct, frozen=True, gc=False):
-    state: str
-    reporter: str
-    expires_ts: float | None = None
-
-
-class _DueInventory(msgspec.Struct, frozen=True, gc=False):
-    state: str
-    expires_ts: float | None = None
-
-
-class _DueReporter(msgspec.Struct, frozen=True):
-    silent: bool = False
-    first_seen_ts: float | None = None
-    last_report_ts: float | None = None
-    missing: list[str] = msgspec.field(default_factory=list)
-
-
-class _DueRecord(msgspec.Struct, frozen=True):
-    as_of: _AsOf
-    host: str | None = None
-    values: dict[str, _DueValue] = msgspec.field(default_factory=dict)
-    inventory: dict[str, _DueInventory] = msgspec.field(default_factory=dict)
-    reporters: dict[str, _DueReporter] = msgspec.field(default_factory=dict)
-
-
-_decode_due = msgspec.json.Decoder(_DueRecord).decode
+_decode_due = msgspec.json.Decoder(DueRecord).decode
 
 
 def earliest_due(state: ProjectionState, data: bytes) -> tuple[str | None, int, float]:

@@ -22,7 +22,7 @@ Where a report becomes a snapshot value — the path of one stored message:
    their deadlines go on the state's heap (`crr.projections.deadlines`); `expire`
    (`crr.projections.expiry`) turns them stale when they come due.
 5. `crr.projections.record.snapshot.host_snapshot` / `cluster_snapshot` build the
-   snapshot records (DESIGN §4) from the state; the projector publishes
+   snapshot records (docs/contract.md, "Payloads") from the state; the projector publishes
    them for the records `Changes` names.
 
 No IO, no clock, no logging: time comes only from `Envelope.received_at` or
@@ -30,7 +30,8 @@ the `now` passed to `expire`, so live projection and replay run this same
 code and agree byte for byte.  Bad input never raises: an event that cannot
 be applied leaves the state as it was, apart from `state.seq`.  The catalog
 in force is compiled once into a frozen `crr.projections.plan.CatalogPlan`.
-Semantics are DESIGN §3-§5; the decisions where it is silent are written
+Semantics are docs/contract.md's "Subjects and streams", "Payloads" and "`resources.yaml`"; the
+decisions where it is silent are written
 beside the code that makes them.
 """
 

@@ -1,5 +1,5 @@
 """`crr hosts forget`: the admin instruction that drops what the fold knows of a host, or of
-one reporter on it (DESIGN §3 admin subject)."""
+one reporter on it (docs/contract.md, "Subjects and streams": admin subjects)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ _FORGET: Final = msgspec.json.Decoder(Forget)
 
 
 def apply_forget(state: ProjectionState, env: Envelope, acc: Acc) -> str | None:
-    """`crr hosts forget`: drop everything known about the host (DESIGN §3 admin subject).
+    """`crr hosts forget`: drop everything known about the host (docs/contract.md, "Subjects and
+    streams": admin subjects).
 
     Its batches are killed (their deadline entries are skipped when they come
     due; a silence entry finds no record and does nothing), events of it held

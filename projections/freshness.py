@@ -12,7 +12,7 @@ the record says so or its `expires_at` ≤ `now` (also a value the reporter
 said was null: the projector turns those stale at the same deadline);
 before that, `fresh` stays fresh and `unknown` (the reporter said null)
 stays unknown — never fresh.  `host_at` / `cluster_at` apply the rule to a
-whole record and keep the HostSnapshot shape (DESIGN §4): an entry that
+whole record and keep the HostSnapshot shape (docs/contract.md, "Payloads"): an entry that
 went stale is written as the projector would have written it (`value`
 null, `last_value` kept, `stale_since` = its `expires_at`).
 

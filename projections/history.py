@@ -44,7 +44,7 @@ from crr.schemas.subjects import (
 from crr.schemas.wire_time import format_time
 
 
-class Cut(msgspec.Struct, frozen=True, kw_only=True):
+class CapturePoint(msgspec.Struct, frozen=True, kw_only=True):
     """Where a capture is taken: after the last event with `seq <= seq` and `time <= time`.
 
     `now` is the `expire` time; by default `time`, else the last applied event's time.
@@ -110,7 +110,7 @@ class Replay:
     the state.
     """
 
-    def __init__(self, cuts: list[Cut], *, lps_upto: int = 0,
+    def __init__(self, cuts: list[CapturePoint], *, lps_upto: int = 0,
                  hosts: Iterable[str] | None = None, log_window: bool = False,
                  keep: Callable[[str], bool] | None = None) -> None:
         """`keep(subject)`: fold only the events it accepts (a projector partition's:

@@ -1,4 +1,5 @@
-"""Applying a report: the typed fast path, and value by value (DESIGN §5).
+"""Applying a report: the typed fast path, and value by value (docs/contract.md,
+"`resources.yaml`").
 
 A report from a reporter the catalog knows is first decoded by that
 reporter's typed decoder (`crr.projections.plan.ReporterPlan.decoder`); if every
@@ -285,7 +286,8 @@ def apply_report(
     state: ProjectionState, report: Report, host: str | None, received_at: float, acc: Acc,
     *, strict_scope: bool,
 ) -> str | None:
-    """Apply a Report value by value (DESIGN §5); returns a dead-letter reason or None."""
+    """Apply a Report value by value (docs/contract.md, "`resources.yaml`"); returns a dead-letter
+    reason or None."""
     reporter = report.reporter  # == the subject's (checked)
     catalog = state.catalog
     assert catalog is not None

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from crr.projections.envelope import Envelope
-from crr.projections.history import Capture, Cut, Happening, Replay
+from crr.projections.history import Capture, CapturePoint, Happening, Replay
 from crr.schemas.snapshot import ReporterStatus, ValueEntry
 from crr.schemas.wire_time import seconds_of
 
@@ -152,7 +152,8 @@ def replay_timeline(host: str, events: list[Envelope], since: float, until: floa
     window, and at `until`."""
     inside = [e for e in events if since < e.received_at <= until
               and ".host." in e.subject]
-    cuts = [Cut(time=since), *(Cut(seq=e.seq) for e in inside), Cut(time=until)]
+    cuts = [CapturePoint(time=since), *(CapturePoint(seq=e.seq) for e in inside),
+            CapturePoint(time=until)]
     replay = Replay(cuts, hosts=[host], log_window=True)
     for env in events:
         if env.received_at > until:

@@ -1,4 +1,5 @@
-"""Value and inventory validation against the catalog (DESIGN §4, §5): the one rule.
+"""Value and inventory validation against the catalog (docs/contract.md, "Payloads" and
+"`resources.yaml`"): the one rule.
 
 Three forms of one rule, kept together and tested to agree
 (tests/projections/test_validation.py): `validate_value` (the rule, with the reason a

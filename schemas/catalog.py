@@ -15,13 +15,15 @@ from typing import Literal
 import msgspec
 
 from crr.schemas.errors import UnknownReporterError
+from crr.schemas.exposition import InventoryMap
 
 Kind = Literal["numeric", "boolean", "string", "string_set"]
 Scope = Literal["host", "cluster"]
 OnStale = Literal["unknown", "exclude"]
-ReporterType = Literal["script", "external"]
+ReporterType = Literal["script", "external", "textfile", "scrape"]
+"""`textfile` and `scrape` are exposition reporters the agent runs itself (no script)."""
 Mode = Literal["periodic", "stream"]
-OutputFormat = Literal["json", "elim"]
+OutputFormat = Literal["json", "elim", "prometheus"]
 
 DEFAULT_INTERVAL = 30.0
 DEFAULT_MAX_LENGTH = 256
@@ -86,6 +88,19 @@ class ReporterSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     the encoded catalog unless it was set (UNSET is falsy): a catalog that does
     not use it stays readable by agents from before it existed, which reject
     unknown fields."""
+    directory: str | msgspec.UnsetType = msgspec.UNSET
+    """`type: textfile`: the directory of `*.prom` files (node_exporter's textfile collector)."""
+    url: str | msgspec.UnsetType = msgspec.UNSET
+    """`type: scrape`: the exporter's metrics URL, e.g. `http://127.0.0.1:9400/metrics`."""
+    series: dict[str, str] | msgspec.UnsetType = msgspec.UNSET
+    """Exposition reporters: resource name → mapping (`crr.schemas.exposition`)."""
+    inventory: InventoryMap | msgspec.UnsetType = msgspec.UNSET
+    """Exposition reporters: devices from per-device series (`InventoryMap`).
+    These four are left out of the encoded catalog unless set, as `tty`."""
+
+    def exposition(self) -> bool:
+        """Whether this reporter reads the Prometheus exposition format."""
+        return self.type in ("textfile", "scrape") or self.format == "prometheus"
 
     def effective_timeout(self) -> float:
         """The run timeout, defaulted from the interval."""
@@ -93,7 +108,7 @@ class ReporterSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
     def runs_on(self, host: str) -> bool:
         """Whether the agent on `host` runs this reporter (`hosts` glob patterns)."""
-        return self.type == "script" and any(fnmatch.fnmatchcase(host, p) for p in self.hosts)
+        return self.type != "external" and any(fnmatch.fnmatchcase(host, p) for p in self.hosts)
 
 
 class DrainRule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -19,6 +19,7 @@ import yaml
 from crr.schemas.catalog import Catalog, DrainRule, Exports, ReporterSpec, ResourceSpec
 from crr.schemas.duration import parse_duration
 from crr.schemas.errors import CatalogError, DurationError
+from crr.schemas.exposition_catalog import exposition_problems
 from crr.schemas.subjects import CATALOG
 from crr.schemas.target_names import feature_name_problems
 
@@ -323,6 +324,7 @@ def catalog_from_mapping(doc: Any, *, source: str | None = None,
         reporters={k: v for k, v in sorted(reporters.items()) if v is not None},
         exports=exports,
     )
+    problems.extend(exposition_problems(catalog))
     if exports_check is not None and isinstance(exports, Exports):
         problems.extend(exports_check(catalog))
     if problems:

@@ -1,4 +1,5 @@
-"""Events reporters publish to `CRR_EVENTS`: Report, Inventory, Health (DESIGN §4).
+"""Events reporters publish to `CRR_EVENTS`: Report, Inventory, Health (docs/contract.md,
+"Payloads").
 
 Frozen, keyword-only msgspec Structs.  Unknown fields are ignored so old
 readers skip fields added later; missing required fields are an error.
@@ -32,7 +33,7 @@ Value = Any
 
 
 class Report(msgspec.Struct, frozen=True, kw_only=True):
-    """One reporter's measured values (DESIGN §4 Report)."""
+    """One reporter's measured values (docs/contract.md, "Payloads": Report)."""
 
     reporter: str
     boot: str
@@ -92,7 +93,7 @@ class Pool(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Inventory(msgspec.Struct, frozen=True, kw_only=True):
-    """A reporter's device inventory (DESIGN §4 Inventory)."""
+    """A reporter's device inventory (docs/contract.md, "Payloads": Inventory)."""
 
     reporter: str
     boot: str
@@ -104,7 +105,8 @@ class Inventory(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Health(msgspec.Struct, frozen=True, kw_only=True):
-    """A reporter lifecycle change seen by the agent or an external runner (DESIGN §4 Health)."""
+    """A reporter lifecycle change seen by the agent or an external runner (docs/contract.md,
+    "Payloads": Health)."""
 
     reporter: str
     boot: str

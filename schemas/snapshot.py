@@ -1,4 +1,5 @@
-"""What the projector writes to `CRR_SNAPSHOT` (DESIGN §4): host, cluster and projector records.
+"""What the projector writes to `CRR_SNAPSHOT` (docs/contract.md, "Payloads"): host, cluster and
+projector records.
 
 Readers (the scheduler view, CLI, REST, other languages) decode these.  They
 are encoded with sorted keys so equal state gives equal bytes.

@@ -1,12 +1,13 @@
 """Every crr subject: names, filters, builders and parsers, and the subject-token encoding
-of DESIGN §3.  No other module spells out a `crr.v1…` subject or splits one into tokens
-(tests/system/test_layers.py checks this), so a newcomer reads the whole subject space here.
+of docs/contract.md, "Subjects and streams".  No other module spells out a `crr.v1…` subject
+or splits one into tokens (tests/system/test_layers.py checks this), so a newcomer reads the
+whole subject space here.
 
 `token(s)`: each UTF-8 byte outside `[A-Za-z0-9_-]` becomes `=XX`
 (uppercase hex).  Injective, and valid in NATS subjects and KV keys.
 
-Also here: the `Nats-Msg-Id` of an event (DESIGN §3) and the partitioning of
-`CRR_EVENTS` by host (`partition(N, host)` in the stream's subject transform),
+Also here: the `Nats-Msg-Id` of an event (docs/contract.md, "Subjects and streams") and the
+partitioning of `CRR_EVENTS` by host (`partition(N, host)` in the stream's subject transform),
 which is a property of stored subjects.  Pure: no IO.
 """
 
@@ -211,7 +212,7 @@ def partition_of(host_token: str, partitions: int) -> int:
     """The partition `partition(N, host)` of the stream transform gives a host token.
 
     nats-server hashes the token's bytes with 32-bit FNV-1a, modulo N (checked
-    against a real server in tests/projector/test_repartition.py).  Projectors use it to
+    against a real server in tests/projector/test_start_repartition.py).  Projectors use it to
     keep only their own hosts among events stored under an older layout.
     """
     h = 0x811C9DC5
@@ -321,7 +322,7 @@ def published_subject(stored: str) -> str:
 
 def parse_event_subject(subject: str) -> EventAddress:
     """Split an event subject (as published, or as a partitioned stream stores it);
-    SubjectError if it is not one of DESIGN §3's forms."""
+    SubjectError if it is not one of the forms of docs/contract.md, "Subjects and streams"."""
     parts = subject.split(".")
     if len(parts) < 5 or parts[0] != "crr" or parts[1] != "v1" or parts[2] not in EVENT_TYPES:
         raise SubjectError(f"not a crr event subject: {subject!r}")

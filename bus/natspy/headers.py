@@ -6,7 +6,7 @@ per character class check: ~5% of the projector's CPU at 5k reports/s.
 `parse_headers` gives exactly what nats-py's `Client._process_headers`
 gives for a plain header block (`NATS/1.0\\r\\nName: value\\r\\n...`): the
 same names kept or skipped, the same values, the same None/{} cases — a
-hypothesis property in `tests/bus/test_nats_headers.py` compares the two on
+hypothesis property in `tests/bus/test_natspy_headers.py` compares the two on
 arbitrary blocks.  It remembers the few header names it meets (a name's
 checks are done once), and leaves status blocks (`NATS/1.0 100 Idle
 Heartbeat`, `NATS/1.0 404 ...`: rare control messages) to nats-py's own code.

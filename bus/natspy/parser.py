@@ -21,7 +21,7 @@ Both work through `Reader`, a protocol parser that replaces nats-py's on the
 connection: it parses MSG/HMSG control lines without regular expressions
 (a third of the receive cost), hands routed messages to their handler,
 and every other message and operation to nats-py's own code, with the same
-results (`tests/bus/test_direct.py` compares the two parsers on arbitrary
+results (`tests/bus/test_natspy_parser.py` compares the two parsers on arbitrary
 chunkings of a protocol stream).  Nothing is installed when `crr.bus.natspy`
 says the path is not usable (another nats-py, `CRR_NATS_FAST=0`): then
 `route` returns False and everything keeps nats-py's path.

@@ -1,7 +1,7 @@
 """NATS authorization for crr, generated from the catalog and a host list (`crr nats-config`).
 
-Identities and what each may do (DESIGN §3: the subject is the identity, and
-NATS authorization vouches for it):
+Identities and what each may do (docs/contract.md, "Subjects and streams": the subject is the
+identity, and NATS authorization vouches for it):
 
 * `host.<host>` (one per host, the agent): publish
   `crr.v1.{report,inventory,health}.host.<host>.*` — minus the subjects of
@@ -80,7 +80,7 @@ EXAMPLE_CATALOG = Path(__file__).resolve().parent / "examples" / "resources.yaml
 
 
 @dataclass(frozen=True)
-class Identity:
+class NatsUser:
     """One NATS user: its file stem, role, and allowed (and denied) subjects."""
 
     name: str
@@ -122,34 +122,34 @@ def _external_host_reporters(catalog: Catalog) -> list[str]:
                    and catalog.reporters[r.reporter].type == "external"})
 
 
-def host_identity(host: str, catalog: Catalog) -> Identity:
+def host_identity(host: str, catalog: Catalog) -> NatsUser:
     """The agent on `host`: its own host subjects only (not an external reporter's)."""
     t = token(host)
     deny = tuple(host_event_filter(host=host, reporter=r)
                  for r in _external_host_reporters(catalog))
-    return Identity(
+    return NatsUser(
         name=f"host.{t}", role="host",
         publish=(*(host_event_filter(k, host) for k in EVENT_TYPES), *FOLLOW_CATALOG),
         publish_deny=deny)
 
 
-def reporter_identity(reporter: str, catalog: Catalog) -> Identity:
+def reporter_identity(reporter: str, catalog: Catalog) -> NatsUser:
     """An external reporter: its cluster subjects (+ host subjects if it owns host-scope values)."""
     t = token(reporter)
     subjects = [cluster_event_filter(k, reporter) for k in EVENT_TYPES]
     if reporter in _external_host_reporters(catalog):
         subjects += [host_event_filter(k, reporter=reporter) for k in EVENT_TYPES]
-    return Identity(name=f"reporter.{t}", role="reporter",
+    return NatsUser(name=f"reporter.{t}", role="reporter",
                     publish=(*subjects, *FOLLOW_CATALOG))
 
 
-def simulator_identity(hosts: Iterable[str]) -> Identity:
+def simulator_identity(hosts: Iterable[str]) -> NatsUser:
     """One connection publishing for many (simulated) hosts: `crr demo`, `crr sim`."""
     pubs = [host_event_filter(k, h) for h in hosts for k in EVENT_TYPES]
-    return Identity(name="simulator", role="simulator", publish=(*pubs, *FOLLOW_CATALOG))
+    return NatsUser(name="simulator", role="simulator", publish=(*pubs, *FOLLOW_CATALOG))
 
 
-PROJECTOR = Identity(
+PROJECTOR = NatsUser(
     name="projector", role="projector",
     publish=(SNAPSHOT_ALL, DEADLETTER, "$JS.API.INFO",
              *(f"$JS.API.STREAM.{op}.{s}" for op in ("CREATE", "UPDATE")
@@ -157,17 +157,17 @@ PROJECTOR = Identity(
              *_read_stream_fully(EVENTS_STREAM), *_read_stream_fully(SNAPSHOT_STREAM)),
     # Partitions hear each other's status writes (see crr.projector.service: covered_seq).
     subscribe=(INBOX, STATUS_PARTITIONS))
-VIEW = Identity(
+VIEW = NatsUser(
     name="view", role="view",
     publish=("$JS.API.INFO", "$JS.API.STREAM.NAMES",
              *_read_stream_fully(SNAPSHOT_STREAM), *_read_stream_fully(EVENTS_STREAM)))
-ADMIN = Identity(name="admin", role="admin",
+ADMIN = NatsUser(name="admin", role="admin",
                  publish=(CATALOG, ADMIN_ALL, "$JS.API.>", "$JS.FC.>"))
 
 
 def identities(
     catalog: Catalog, hosts: Iterable[str], *, simulated_hosts: Sequence[str] = ()
-) -> list[Identity]:
+) -> list[NatsUser]:
     """Every identity for `catalog` and `hosts`: roles first, then reporters, then hosts."""
     out = [PROJECTOR, VIEW, ADMIN]
     out += [reporter_identity(r, catalog) for r, spec in sorted(catalog.reporters.items())
@@ -259,7 +259,7 @@ class AuthBundle:
         return self.creds[f"reporter.{token(reporter)}"]
 
 
-def _permissions(ident: Identity) -> dict[str, object]:
+def _permissions(ident: NatsUser) -> dict[str, object]:
     publish: dict[str, object] = {"allow": list(ident.publish)}
     if ident.publish_deny:
         publish["deny"] = list(ident.publish_deny)

@@ -1,6 +1,6 @@
-"""The bridge engine: one loop for every scheduler door (`crr bridge nfd|condor|elim|slurm`).
+"""The bridge engine: the loop of the per-host doors (`crr bridge nfd|condor|elim`).
 
-It follows a `Source` (a per-host follower, or the whole-cluster scheduler view),
+It follows a `Source` (a per-host follower, `crr.bridges.host_source`),
 plans each node's `NodeWant` with `crr.projections.exports`, compares it with what
 the target shows (`Door.observe`) and applies only the nodes that differ —
 rate-limited, `--dry-run` printing the diff instead, `--once` for one pass.  It
@@ -13,6 +13,11 @@ Faults: a target command that fails (`BridgeError`, or per-node failures in
 the loop never exits on it; a node the target does not know is said once, not
 per cycle; an `exports:` that stops compiling after a catalog change keeps the
 last good plan and says so (`Planner`).
+
+Slurm, a whole-cluster door, has a loop of its own (`crr.bridges.slurm_bridge`) over the
+same `Door` port and this module's `Planner`: it must reconcile every Slurm node (not only
+the snapshot's hosts) and re-read slurmctld periodically (docs/bridges-slurm.md, "Design
+notes").  The engine drives `SlurmDoor` too in tests/bridges/test_slurm_door.py.
 """
 
 from __future__ import annotations

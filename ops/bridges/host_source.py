@@ -11,12 +11,13 @@ the engine.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
+from collections.abc import Mapping
 
 from crr.admin.liveness import judgement
 from crr.bridges.engine import Clock, Planner
-from crr.bridges.view_source import on_clock, said
 from crr.bus.connection import Connection
 from crr.bus.ordered import OrderedReader, StoredMessage
 from crr.projections.coverage import Coverage
@@ -117,3 +118,25 @@ class HostSource:
     async def stop(self) -> None:
         """Unsubscribe."""
         await self._reader.stop()
+
+
+def on_clock(wants: Mapping[str, NodeWant], judged: Judgement) -> dict[str, NodeWant]:
+    """`wants` planned at `judged.judged_at`, with their `expires_at` moved onto the clock
+    (by the lag `now - judged_at`), so the engine does not wake again and again for a
+    deadline the judgement has not reached while it holds."""
+    shift = judged.now - judged.judged_at
+    if shift <= 0:
+        return dict(wants)
+    return {h: w if w.expires_at is None else dataclasses.replace(
+        w, expires_at=w.expires_at + shift) for h, w in wants.items()}
+
+
+def said(before: Judgement | None, now: Judgement) -> Judgement:
+    """`now`, logged when the bridge starts or stops holding (or passes `outage_hold`)."""
+    was = (before.holding, before.expired) if before is not None else (False, False)
+    if (now.holding, now.expired) != was:
+        if now.detail:
+            log.warning("bridge: %s", now.detail)
+        else:
+            log.warning("bridge: caught up with the projector's watermark; no longer holding")
+    return now

@@ -19,10 +19,8 @@ from crr.bridges.door import Door
 from crr.bridges.engine import Engine
 from crr.bridges.host_source import HostSource
 from crr.bridges.status import BridgeHealth, BridgeMetrics
-from crr.bridges.view_source import ViewSource
 from crr.bus.connection import Connection
-from crr.producers.external import ExternalReporter
-from crr.view.scheduler_view import SchedulerView
+from crr.producers.external import ExternalPublisher
 
 log = logging.getLogger("crr.bridge")
 
@@ -68,7 +66,7 @@ async def run_host_bridge(nc: Connection, make_door: Callable[[HostSource], Door
     engine = Engine(door, dry_run=options.dry_run, out=out, rate=options.rate,
                     heartbeat=options.heartbeat)
     BridgeMetrics(engine)
-    reporter = (ExternalReporter(nc, reporter=f"bridge-{door.name}")
+    reporter = (ExternalPublisher(nc, reporter=f"bridge-{door.name}")
                 if options.health and not options.dry_run else None)
     health = BridgeHealth(reporter, options.host, source.planner)
     if reporter is not None:
@@ -88,40 +86,3 @@ async def run_host_bridge(nc: Connection, make_door: Callable[[HostSource], Door
         await source.stop()
         if reporter is not None:
             await reporter.close(flush_timeout=1.0)
-
-
-async def run_cluster_bridge(nc: Connection, make_door: Callable[[ViewSource], Door],
-                             options: HostBridgeOptions, stop: asyncio.Event,
-                             out: TextIO) -> int:
-    """Run one whole-cluster door (`crr bridge slurm`) over the scheduler view until `stop`.
-
-    Health goes on the cluster subject (`crr.v1.health.cluster.bridge-<door>`).
-    """
-    view = SchedulerView(nc)
-    await view.start()
-    source: ViewSource | None = None
-    reporter: ExternalReporter | None = None
-    try:
-        await until_stopped(view.wait_ready(options.load_timeout), stop)
-        if stop.is_set():
-            return 0
-        source = ViewSource(view)
-        door = make_door(source)
-        engine = Engine(door, dry_run=options.dry_run, out=out, rate=options.rate,
-                        heartbeat=options.heartbeat)
-        BridgeMetrics(engine)
-        if options.health and not options.dry_run:
-            reporter = ExternalReporter(nc, reporter=f"bridge-{door.name}")
-            await reporter.start()
-        health = BridgeHealth(reporter, None, source.planner)
-        if source.planner.exports is None and options.once:
-            log.warning("bridge %s: the active catalog has no valid exports", door.name)
-            return 1
-        await engine.run(source, stop, once=options.once, on_cycle=health.cycle)
-        return 0
-    finally:
-        if source is not None:
-            source.close()
-        if reporter is not None:
-            await reporter.close(flush_timeout=1.0)
-        await view.stop()

@@ -28,7 +28,7 @@ from typing import TextIO
 from crr.bridges.engine import Planner
 from crr.bridges.slurm import Reconciled, SlurmDoor, Update
 from crr.bus.retry import Backoff
-from crr.producers.external import ExternalReporter
+from crr.producers.external import ExternalPublisher
 from crr.projections.exports import CompiledExports, NodeWant
 from crr.schemas.catalog import Catalog
 from crr.schemas.errors import SchedulerCommandError
@@ -95,7 +95,7 @@ class SlurmBridge:
     def __init__(self, view: SchedulerView, door: SlurmDoor, *,
                  interval: float = 30.0, min_gap: float = 0.5, dry_run: bool = False,
                  out: TextIO | None = None, clock: Callable[[], float] = time.time,
-                 health: ExternalReporter | None = None) -> None:
+                 health: ExternalPublisher | None = None) -> None:
         self.view = view
         self.door = door
         self.interval = interval

@@ -26,7 +26,7 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
 from crr.bridges.engine import Engine, Planner
-from crr.producers.external import ExternalReporter
+from crr.producers.external import ExternalPublisher
 from crr.schemas.events import HealthState
 
 HEARTBEAT: Final = 15.0
@@ -54,7 +54,7 @@ def health_of(engine: Engine, planner: Planner | None) -> tuple[HealthState, str
 class BridgeHealth:
     """Publishes the bridge's health (see module doc); call `cycle` after each pass."""
 
-    def __init__(self, reporter: ExternalReporter | None, host: str | None,
+    def __init__(self, reporter: ExternalPublisher | None, host: str | None,
                  planner: Planner | None) -> None:
         self.reporter = reporter
         self.host = host

@@ -1,4 +1,5 @@
-"""`crr agent`: the worker agent — runs this host's script reporters (DESIGN §5, §7)."""
+"""`crr agent`: the worker agent — runs this host's script reporters (docs/contract.md,
+"`resources.yaml`" and "CLI")."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from crr.bridges.slurm import DEFAULT_TIMEOUT, SlurmCommands, SlurmDoor
 from crr.bridges.slurm_bridge import HEALTH_REPORTER, SlurmBridge
 from crr.bridges.slurm_metrics import register_metrics
 from crr.bus.connection import connect
-from crr.producers.external import ExternalReporter
+from crr.producers.external import ExternalPublisher
 from crr.runtime.shutdown import stopping
 from crr.schemas.duration import parse_duration
 from crr.view.scheduler_view import SchedulerView
@@ -67,7 +67,7 @@ async def run(args: argparse.Namespace) -> int:
             attempts=None if not args.once else 3) as nc:
         stop.serving()
         view = SchedulerView(nc, pack_records=not args.once)
-        health = ExternalReporter(nc, reporter=HEALTH_REPORTER)
+        health = ExternalPublisher(nc, reporter=HEALTH_REPORTER)
         await health.start()
         await view.start()
         try:

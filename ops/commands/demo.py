@@ -33,7 +33,7 @@ from crr.bus.server import NatsServer
 from crr.bus.streams import provision
 from crr.host_listing import legend, render_hosts, reporter_problems
 from crr.producers.agent import Agent
-from crr.producers.external import CentralRunner, ExternalReporter
+from crr.producers.external import CentralRunner, ExternalPublisher
 from crr.producers.simulator import publish_round, simulated_hosts
 from crr.projector.service import Projector
 from crr.runtime.shutdown import stop_on_signals
@@ -163,7 +163,7 @@ async def run(args: argparse.Namespace) -> int:
                               environ=environ)
                 tasks.append(asyncio.create_task(agent.run(stop)))
                 if "flexlm" in catalog.reporters and catalog.reporters["flexlm"].command:
-                    rep = await stack.enter_async_context(ExternalReporter.connect(
+                    rep = await stack.enter_async_context(ExternalPublisher.connect(
                         reporter="flexlm", url=ep.url, creds=ep.creds.get("flexlm"),
                         tls_ca=ep.tls_ca))
                     central = CentralRunner(rep, reporters_dir=_reporters_dir(args.catalog),

@@ -1,4 +1,5 @@
-"""`crr external run --reporter R`: run an external reporter's command centrally (DESIGN §3, §5).
+"""`crr external run --reporter R`: run an external reporter's command centrally (docs/contract.md,
+"Subjects and streams" and "`resources.yaml`").
 
 The LSF `[all]` / license-poller pattern: one machine runs the reporter's
 `command` (script protocol, the agent's containment) and publishes its

@@ -45,7 +45,7 @@ from crr.history.replay import (
     run_replay,
 )
 from crr.host_listing import LEGEND, render_hosts
-from crr.projections.history import Capture, Cut, Replay, diff, json_differences
+from crr.projections.history import Capture, CapturePoint, Replay, diff, json_differences
 from crr.projections.host_table import HostTable
 from crr.projections.select import compile_select, explain
 from crr.schemas.codec import encode
@@ -75,8 +75,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
-def _cut(when: When) -> Cut:
-    return Cut(seq=when.seq, time=when.time)
+def _cut(when: When) -> CapturePoint:
+    return CapturePoint(seq=when.seq, time=when.time)
 
 
 def _print_json(obj: Any) -> None:
@@ -220,7 +220,7 @@ async def _verify_one(nc: Connection, args: argparse.Namespace, status: Projecto
     if status.start_seq == 0 and status.checkpoint == 0:
         print(f"crr replay: note: {name} did not record its start sequence (older "
               "version); replaying the full history", file=sys.stderr)
-    replay = Replay([Cut(seq=status.last_seq, now=now)], lps_upto=status.start_seq,
+    replay = Replay([CapturePoint(seq=status.last_seq, now=now)], lps_upto=status.start_seq,
                     hosts=hosts, keep=None if k is None else owns(k, n))
     report = await run_replay(replay, nc=nc, file=args.file, stop_seq=status.last_seq,
                               label="verify" if k is None else f"verify {k}/{n}")

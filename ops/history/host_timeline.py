@@ -1,7 +1,7 @@
 """IO for a host's timeline: read its events from CRR_EVENTS and replay them (`crr replay`'s fold).
 
-One ordered consumer with two filters (the catalog and the host's own
-subjects, host name encoded as a subject token: DESIGN §3) reads the whole
+One ordered consumer with two filters (the catalog and the host's own subjects, host name
+encoded as a subject token: docs/contract.md, "Subjects and streams") reads the whole
 retained history in stream order; `crr.projections.history.Replay` folds it
 with cuts at the window's start, after each of the host's events inside
 the window and at its end; `crr.projections.timeline` turns the captures into

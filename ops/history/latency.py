@@ -28,6 +28,7 @@ from crr.bus.follower import Follower
 from crr.bus.ordered import OrderedReader, StoredMessage
 from crr.projections.percentile import percentiles
 from crr.schemas.errors import SubjectError
+from crr.schemas.snapshot_views import SeqRecord
 from crr.schemas.subjects import (
     EVENTS_STREAM,
     REPORTS,
@@ -47,16 +48,8 @@ class _Head(msgspec.Struct):
     observed_at: str | None = None
 
 
-class _AsOf(msgspec.Struct):
-    seq: int = 0
-
-
-class _Record(msgspec.Struct):
-    as_of: _AsOf = msgspec.field(default_factory=_AsOf)
-
-
 _head = msgspec.json.Decoder(_Head)
-_record = msgspec.json.Decoder(_Record)
+_record = msgspec.json.Decoder(SeqRecord)
 
 
 class Percentiles(msgspec.Struct, frozen=True, kw_only=True):

@@ -141,8 +141,6 @@ class StreamChecks:
         """CRR_SNAPSHOT is a new stream (created again here, or found created again by
         another writer): write every record again (the fold state is intact)."""
         self.snapshot_recreations += 1
-        self._output.writer.written.clear()
+        self._output.forget_written()
         self._fold.rewrite_all()  # restored records not placed yet are written too
-        self._output.last_status = None
-        self._output.stream_renewed = False
         self._wake.set()

@@ -27,7 +27,8 @@ from crr.projections.record.snapshot import host_names
 from crr.projections.state import ProjectionState
 from crr.projector.metrics import ProjectorMetrics
 from crr.projector.position import Position
-from crr.projector.snapshot_writer import SnapshotWriter
+from crr.projector.restore import Restored
+from crr.projector.snapshot_writer import WrittenRecords
 from crr.projector.status import Origin
 from crr.schemas.events import DeadLetter
 from crr.schemas.subjects import (
@@ -64,17 +65,32 @@ class Dirty:
         return bool(self.hosts) or self.cluster or self.catalog
 
 
+@dataclass
+class Owed:
+    """What one flush writes, taken from the fold as the flush begins (`LiveFold.take`): the
+    records changed, the dead letters, the traces their writes continue, and what the
+    status written after them says of the state (`crr.projector.status.Cut.at`)."""
+
+    state: ProjectionState
+    dirty: Dirty
+    letters: list[DeadLetter]
+    parents: dict[str, tracing.SpanContext]
+    """Snapshot subject -> the sampled apply span its write continues (popped as written)."""
+    applied: int
+    deadletters: int
+    next_due: float | None
+
+
 class LiveFold:
     """The fold state of one projector and what it owes CRR_SNAPSHOT (see module doc)."""
 
-    def __init__(self, *, pos: Position, writer: SnapshotWriter, metrics: ProjectorMetrics,
+    def __init__(self, *, pos: Position, metrics: ProjectorMetrics,
                  origin: Origin, wake: asyncio.Event,
                  owns: Callable[[str], bool] | None) -> None:
         """`owns`: partitioned, whether an event is this partition's to fold (the live
         consumer's filters only deliver its own subjects; the initial load reads every
         subject).  `wake` is set when there is something to write."""
         self._pos = pos
-        self._writer = writer
         self._metrics = metrics
         self._origin = origin
         self._wake = wake
@@ -82,6 +98,8 @@ class LiveFold:
         self.state = ProjectionState()
         self.dirty = Dirty()
         self.deadletters: list[DeadLetter] = []
+        self.trace_parents: dict[str, tracing.SpanContext] = {}
+        """Snapshot subject -> the sampled apply span its next write continues."""
         self.deferred: Deferred | None = None
         """Records written after the status restored from, placed as the fold passes them."""
         self.lazy: Lazy | None = None
@@ -115,7 +133,7 @@ class LiveFold:
         self._pos.folded(m.seq, m.pending)
         self.last_event = m
         if ch.deadletter is not None and subject != DEADLETTER:
-            # `subject` as published (without a partition token), as DESIGN names it.
+            # `subject` as published (without a partition token), as docs/contract.md names it.
             self.deadletter_count += 1
             self.deadletters.append(DeadLetter(
                 seq=m.seq, subject=subject, reason=ch.deadletter,
@@ -129,12 +147,48 @@ class LiveFold:
             self.dirty.merge(ch)
         if parent is not None:
             for h in ch.hosts:
-                self._writer.trace_parents[host_snapshot_subject(h)] = parent
+                self.trace_parents[host_snapshot_subject(h)] = parent
             if ch.cluster:
-                self._writer.trace_parents[SNAPSHOT_CLUSTER] = parent
+                self.trace_parents[SNAPSHOT_CLUSTER] = parent
         if self._metrics.enabled:
             self._metrics.event(m)
         self._wake.set()
+
+    def take(self) -> Owed:
+        """What the next flush writes, handed over (the fold owes nothing more of it)."""
+        owed = Owed(state=self.state, dirty=self.dirty, letters=self.deadletters,
+                    parents=self.trace_parents, applied=self.applied,
+                    deadletters=self.deadletter_count, next_due=self.next_deadline())
+        self.dirty, self.deadletters, self.trace_parents = Dirty(), [], {}
+        return owed
+
+    def put_back(self, owed: Owed) -> None:
+        """A flush failed: owe its records, dead letters and traces again (the next round
+        retries; what was folded since stays newer)."""
+        d = owed.dirty
+        self.dirty.merge(Changes(hosts=frozenset(d.hosts), cluster=d.cluster,
+                                 catalog=d.catalog, deadletter=None))
+        self.deadletters[:0] = owed.letters
+        for subject, parent in owed.parents.items():
+            self.trace_parents.setdefault(subject, parent)
+
+    def reset(self) -> None:
+        """The fold of nothing (before a load again: starting over, or a first load that
+        failed half-way)."""
+        self.state = ProjectionState()
+        self.dirty = Dirty()
+        self.deadletters = []
+        self.trace_parents.clear()
+        self.last_event = None
+        self.deferred = self.lazy = None
+
+    def resume(self, restored: Restored) -> None:
+        """Take a restored state (`crr.projector.restore`) and its counts."""
+        self.state = restored.state
+        self.deferred = restored.deferred if len(restored.deferred) else None
+        self.lazy = restored.lazy if len(restored.lazy) else None
+        self.applied, self.deadletter_count = (restored.status.applied,
+                                               restored.status.deadletters)
 
     def start_over(self, why: str) -> None:
         """A stream went backwards, or a restored record does not restore: rebuild (the
@@ -184,12 +238,12 @@ class LiveFold:
         if not len(lazy):
             self.lazy = None
 
-    async def refine_lazy(self) -> None:
+    async def refine_lazy(self, written: WrittenRecords) -> None:
         """After the first start, a chunk at a time between events: read the first deadlines
         of the restored records not read at start (`Lazy.refine`: the status's bound then
         does not bring them all at once, and a record that does not restore is found now),
-        and digest the records read at start (then only their digests are kept)."""
-        written = self._writer.written
+        and digest the records read at start, `written` (then only their digests are
+        kept)."""
         while True:
             lazy = self.lazy
             refine = lazy is not None and lazy.unrefined > 0

@@ -43,6 +43,7 @@ from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from crr.bus import natspy
 from crr.schemas.errors import SubjectError
+from crr.schemas.snapshot_views import CensusRecord
 from crr.schemas.subjects import (
     REPORT_PREFIX,
     parse_event_subject,
@@ -63,22 +64,8 @@ class _Head(msgspec.Struct):
     observed_at: str | None = None
 
 
-class _Value(msgspec.Struct):
-    state: str = "fresh"
-
-
-class _Reporter(msgspec.Struct):
-    state: str = "ok"
-    rejected: int = 0
-
-
-class _Record(msgspec.Struct):
-    values: dict[str, _Value] = msgspec.field(default_factory=dict)
-    reporters: dict[str, _Reporter] = msgspec.field(default_factory=dict)
-
-
 _head = msgspec.json.Decoder(_Head)
-_record = msgspec.json.Decoder(_Record)
+_record = msgspec.json.Decoder(CensusRecord)
 
 
 def _sdk_installed(provider: MeterProvider) -> bool:

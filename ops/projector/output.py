@@ -18,15 +18,13 @@ from collections.abc import Callable, Iterator
 from crr.bus.connection import Connection
 from crr.bus.errors import nats_errors
 from crr.bus.stream_check import Seen
-from crr.projections.fold import Changes
 from crr.projections.record.body import cluster_record, host_record
 from crr.projections.record.columns import host_columns
 from crr.projector.checkpoint_read import RawRecords, load_checkpoint
-from crr.projector.input import Input
-from crr.projector.live_fold import Dirty, LiveFold
+from crr.projector.live_fold import Owed
 from crr.projector.metrics import ProjectorMetrics
 from crr.projector.position import Position
-from crr.projector.snapshot_writer import Record, SnapshotWriter
+from crr.projector.snapshot_writer import EncodedRecord, SnapshotWriter
 from crr.projector.status import Cut, Identity, Origin, status_record
 from crr.schemas.codec import encode
 from crr.schemas.errors import BusError, CrrTimeoutError, LeaseLostError
@@ -44,48 +42,52 @@ class Output:
     """The projector's writes: records (`flush`) and its status (`write_status`)."""
 
     def __init__(self, nc: Connection, writer: SnapshotWriter, *, who: Identity, pos: Position,
-                 fold: LiveFold, input_: Input, origin: Origin, metrics: ProjectorMetrics,
+                 origin: Origin, metrics: ProjectorMetrics, hosts: Callable[[], int],
                  on_catalog: Callable[[], None]) -> None:
-        """`on_catalog`: called after a flush wrote a new catalog (the retention check)."""
+        """`hosts`: how many hosts the projector folds (the status says).  `on_catalog`:
+        called after a flush wrote a new catalog (the retention check)."""
         self._nc = nc
         self.writer = writer
         self._who = who
         self._pos = pos
-        self._fold = fold
-        self._input = input_
+        self._hosts = hosts
         self._origin = origin
         self._metrics = metrics
         self.cut = Cut()
         """What the status says of the state the written records reflect."""
         self.last_status: Seen | None = None
+        """(seq, subject, data) of the last status written (what CRR_SNAPSHOT must hold)."""
         self.stream_renewed = False
         """A status write was acked at a sequence below the previous one (see write_status)."""
-        """(seq, subject, data) of the last status written (what CRR_SNAPSHOT must hold)."""
         self.status_writes = 0
         self._on_catalog = on_catalog
         self.watermark: float | None = None
         """The watermark the fold last expired at (`crr.projector.watermark`): the status's."""
 
-    async def load_written(self, *, digest: bool) -> RawRecords:
+    async def load_written(self, *, digest: bool, afresh: bool = False) -> RawRecords:
         """Read what CRR_SNAPSHOT holds now, so unchanged records are not rewritten; the
         records read (the checkpoint).  Digested now if `digest`, else later
-        (`LiveFold.refine_lazy`: at the first start, after ready)."""
+        (`LiveFold.refine_lazy`: at the first start, after ready).  `afresh`: forget what
+        it was seen to hold before (another writer may have written anything)."""
+        if afresh:
+            self.writer.written.clear()
         raw = await load_checkpoint(self._nc)
         self.writer.load(raw)
         if digest:
             self.writer.written.digest_some(len(raw))
         return raw
 
-    async def flush(self) -> None:
-        """Write every dirty record and the dead letters (put back on failure, raised)."""
-        fold, pos, held = self._fold, self._pos, self._input
+    async def flush(self, owed: Owed, *, encoded: Callable[[], None]) -> None:
+        """Write what the fold owed (`owed`: its records and dead letters); `encoded` is
+        called once every record is encoded (the run loop folds on while the acks come
+        back).  Raises on failure (the run loop gives `owed` back to the fold)."""
+        pos = self._pos
         seq, through = pos.applied, pos.handled
-        dirty, fold.dirty = fold.dirty, Dirty()
-        state = fold.state
-        cut = self.cut.at(state, fold.applied, fold.deadletter_count, fold.next_deadline())
+        dirty, state = owed.dirty, owed.state
+        cut = self.cut.at(state, owed.applied, owed.deadletters, owed.next_due)
         owns_shared = self._who.partition in (None, 0)
 
-        def records() -> Iterator[Record]:
+        def records() -> Iterator[EncodedRecord]:
             # Encoded one at a time as they are written (see `_publish_pipelined`), so
             # events arriving meanwhile are held, not folded, until the flush ends: every
             # record written then reflects exactly (`seq`, the last expiry `now`), the cut
@@ -102,34 +104,36 @@ class Output:
                            host_columns(state, h))
                 else:
                     yield host_snapshot_subject(h), b"", None
-            held.release()  # all encoded: fold on while the acks come back
+            encoded()  # all encoded: fold on while the acks come back
 
-        letters, fold.deadletters = fold.deadletters, []
-        held.hold()
         try:
             with nats_errors():
-                await self.writer.write(records(), letters)
+                await self.writer.write(records(), owed.letters, owed.parents)
         except (BusError, CrrTimeoutError, LeaseLostError) as exc:
-            # Put everything back; the next round retries (the fold state is intact).
             log.warning("snapshot write failed (%s); will retry", exc)
-            fold.dirty.merge(Changes(hosts=frozenset(dirty.hosts), cluster=dirty.cluster,
-                                     catalog=dirty.catalog, deadletter=None))
-            fold.deadletters[:0] = letters
             raise
-        finally:
-            held.release()
         self._metrics.flushed(time.time())
         if dirty.catalog:
             self._on_catalog()
         self.cut = cut
         await pos.flushed(seq, through)
 
+    def resume(self, cut: Cut) -> None:
+        """Restored: the records CRR_SNAPSHOT holds reflect `cut`."""
+        self.cut = cut
+
+    def forget_written(self) -> None:
+        """Forget what CRR_SNAPSHOT was seen to hold (it is rewritten, or read again)."""
+        self.writer.written.clear()
+        self.last_status = None
+        self.stream_renewed = False
+
     async def write_status(self, now: float | None = None) -> None:
         """Write the status (`now`: its `last_tick`, default the clock)."""
         now = time.time() if now is None else now
         await self._pos.coverage()
         status = status_record(now, who=self._who, pos=self._pos, cut=self.cut,
-                               origin=self._origin, hosts=self._fold.host_count,
+                               origin=self._origin, hosts=self._hosts(),
                                watermark=self.watermark)
         subject = status_subject(self._who.partition)
         data = encode(status)

@@ -92,8 +92,7 @@ async def take_lease(lease: Lease, stop: asyncio.Event, *, who: str, fold: LiveF
             seconds=60, log=log, what=f"projector {who}: cannot read "
                                       f"{SNAPSHOT_STREAM} after taking the lease"):
         with attempt, nats_errors():
-            output.writer.written.clear()
-            await output.load_written(digest=True)
+            await output.load_written(digest=True, afresh=True)
     fold.rewrite_all()
     wake.set()
     return True

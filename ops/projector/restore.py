@@ -1,4 +1,5 @@
-"""The projector's restart from its checkpoint (DESIGN §4: the snapshot is the checkpoint).
+"""The projector's restart from its checkpoint (docs/contract.md, "Payloads": the snapshot is the
+checkpoint).
 
 Given what CRR_SNAPSHOT holds (`crr.projector.checkpoint_read.load_checkpoint`), decide
 whether this projector (or partition) can restore its fold state from its own

@@ -4,8 +4,8 @@ IO lives here and in the parts; the fold (`crr.projections.fold`) is pure.  The 
 is the run loop over named parts, each of which reads alone:
 
 - start-up (`crr.projector.start`): restore from CRR_SNAPSHOT (the snapshot is
-  the checkpoint, DESIGN §4: `crr.projector.restore`), or rebuild from the retained
-  CRR_EVENTS, and starting over when a stream went backwards;
+  the checkpoint, docs/contract.md, "Payloads": `crr.projector.restore`), or rebuild from the
+  retained CRR_EVENTS, and starting over when a stream went backwards;
 - input (`crr.projector.input`): the one CRR_EVENTS reader, and back-pressure
   while a flush encodes;
 - the live fold (`crr.projector.live_fold`): the state, what is dirty, dead letters,
@@ -54,7 +54,7 @@ from crr.projector.output import Output
 from crr.projector.peers import Peers, take_lease
 from crr.projector.position import Position
 from crr.projector.snapshot_writer import SnapshotWriter
-from crr.projector.start import Start
+from crr.projector.start import Parts, Plan, Start
 from crr.projector.status import Identity, Origin, tick
 from crr.projector.watermark import Watermark
 from crr.schemas.errors import BusError, CrrError, CrrTimeoutError, LeaseLostError
@@ -132,15 +132,14 @@ class Projector:
         # record is enough to skip unchanged writes (≈20 B instead of ≈4.5 KB per host).
         self._writer = SnapshotWriter(nc, lease=lease, keep_bytes=self.metrics.enabled)
         self._fold = LiveFold(
-            pos=self._pos, writer=self._writer, metrics=self.metrics, origin=self._origin,
-            wake=self._wake,
+            pos=self._pos, metrics=self.metrics, origin=self._origin, wake=self._wake,
             owns=None if partition is None else owns(partition, self.partitions or 1))
         self._input = Input(nc, self._fold.fold)
         self._retention = Retention(self._fold)
         who = Identity(projector_id=self.projector_id, partition=partition,
                        partitions=self.partitions, started_at=time.time())
-        self._output = Output(nc, self._writer, who=who, pos=self._pos, fold=self._fold,
-                              input_=self._input, origin=self._origin, metrics=self.metrics,
+        self._output = Output(nc, self._writer, who=who, pos=self._pos, origin=self._origin,
+                              metrics=self.metrics, hosts=lambda: self._fold.host_count,
                               on_catalog=self._retention.check)
         self._checks = StreamChecks(nc, settings, fold=self._fold, output=self._output,
                                     wake=self._wake)
@@ -149,10 +148,10 @@ class Projector:
         self._gc = Freezer(gc_freeze)
         self._watermark = Watermark()
         self._startup = Start(
-            nc, fold=self._fold, input_=self._input, output=self._output, pos=self._pos,
-            origin=self._origin, gc=self._gc, partition=partition, partitions=self.partitions,
-            restore=restore, standby=lease is not None, ready=self.ready,
-            status_interval=status_interval)
+            nc, Parts(fold=self._fold, input=self._input, output=self._output, pos=self._pos,
+                      origin=self._origin, gc=self._gc),
+            Plan(partition=partition, partitions=self.partitions, restore=restore,
+                 standby=lease is not None, status_interval=status_interval))
 
     # -- what others read -------------------------------------------------
 
@@ -266,7 +265,7 @@ class Projector:
         refiner: asyncio.Task[None] | None = None
         try:
             if await self._start(stop):
-                refiner = asyncio.create_task(self._fold.refine_lazy())
+                refiner = asyncio.create_task(self._fold.refine_lazy(self._writer.written))
                 await self._loop(stop)
             graceful = True
         finally:
@@ -296,7 +295,7 @@ class Projector:
                 await provision(self._nc, self._settings)
                 self._retention.max_age = await check_layout(self._nc, self.partitions)
                 await self._peers.hear()
-                await self._startup.load(restore=self._restore)
+                await self._startup.load(restore=self._restore, digest=self.ready.is_set())
         self.warm.set()
         self._retention.check()
         if self._lease is not None and not await self._take_lease(stop):
@@ -305,8 +304,7 @@ class Projector:
         # the watermark, then write the differences only.
         self._fold.expire(self._advance_watermark(tick()))
         try:
-            with nats_errors():
-                await self._output.flush()
+            await self._flush()
         except LeaseLostError:
             pass  # deposed already: back to standby in the loop
         except (BusError, CrrTimeoutError) as exc:
@@ -383,8 +381,7 @@ class Projector:
         # expires exactly what the history says (docs/contract.md).
         self._fold.expire(self._advance_watermark(now))
         if self._fold.unwritten():
-            with nats_errors():
-                await self._output.flush()
+            await self._flush()
             pace.owed = True
         # A status right behind the records it covers (stream order), so readers of
         # CRR_SNAPSHOT learn the position: after the flush that caught up, and while
@@ -442,6 +439,21 @@ class Projector:
         """The catalog's longest `interval + grace` (0 without a catalog)."""
         catalog = self._fold.state.catalog
         return catalog.longest_lifetime() if catalog is not None else 0.0
+
+    async def _flush(self) -> None:
+        """Write what the fold owes: arriving events are held while the records are encoded
+        (so each reflects the cut its status claims), then folded on while the acks come
+        back; on failure the fold owes it all again (the next round retries)."""
+        owed = self._fold.take()
+        self._input.hold()
+        try:
+            with nats_errors():
+                await self._output.flush(owed, encoded=self._input.release)
+        except (BusError, CrrTimeoutError, LeaseLostError):
+            self._fold.put_back(owed)
+            raise
+        finally:
+            self._input.release()
 
     def _caught_up(self) -> bool:
         """Nothing left to flush: nothing unwritten, nothing received and not folded,

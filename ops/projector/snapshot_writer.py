@@ -40,7 +40,7 @@ from crr.schemas.subjects import DEADLETTER, MSG_ID_HEADER, deadletter_msg_id
 
 WRITE_WINDOW = 512
 
-Record = tuple[str, bytes, str | None]
+EncodedRecord = tuple[str, bytes, str | None]
 """A record to write: subject, bytes, and its columns header (None: none)."""
 
 
@@ -152,8 +152,6 @@ class SnapshotWriter:
         self._lease = lease
         self._pipe: PipelinePublisher | None = None
         self.written = WrittenRecords(keep_bytes=keep_bytes)
-        self.trace_parents: dict[str, tracing.SpanContext] = {}
-        """Snapshot subject -> the sampled apply span its next write continues."""
         self.writes = 0
         """Records (and status records) written."""
 
@@ -168,12 +166,11 @@ class SnapshotWriter:
         return self._lease.writing()
 
     async def publish(self, subject: str, data: bytes, fence: dict[str, str] | None = None,
-                      columns: str | None = None) -> int | None:
-        """Write one record (with the `fence` headers, and its `columns`) unless CRR_SNAPSHOT
-        holds it already; its seq (None: skipped).  LeaseLostError when a fenced write is
-        refused."""
-        parents = self.trace_parents
-        parent = parents.pop(subject, None) if parents else None
+                      columns: str | None = None,
+                      parent: tracing.SpanContext | None = None) -> int | None:
+        """Write one record (with the `fence` headers, and its `columns`; continuing the
+        trace `parent`) unless CRR_SNAPSHOT holds it already; its seq (None: skipped).
+        LeaseLostError when a fenced write is refused."""
         if self.written.same(subject, data):
             return None
         headers = _with_columns(fence, self._columns(data, columns))
@@ -206,29 +203,32 @@ class SnapshotWriter:
             return columns
         return None
 
-    async def write(self, records: Iterator[Record],
-                    letters: Iterable[DeadLetter] = ()) -> None:
+    async def write(self, records: Iterator[EncodedRecord], letters: Iterable[DeadLetter] = (),
+                    parents: dict[str, tracing.SpanContext] | None = None) -> None:
         """Write the changed `records` (consumed lazily), then the dead letters; returns
         when every write is acknowledged, raises (NATS errors, LeaseLostError) if one
-        failed."""
+        failed.  `parents`: snapshot subject -> the sampled apply span its write continues
+        (each popped as its record is written)."""
+        parents = {} if parents is None else parents
         out = records
         if self._lease is None:  # the hot path: no fence, no trace
-            slow: list[Record] = []  # records continuing a sampled trace
-            await self._pipelined(out, slow)
+            slow: list[EncodedRecord] = []  # records continuing a sampled trace
+            await self._pipelined(out, slow, parents)
             out = iter(slow)
         while window := list(itertools.islice(out, WRITE_WINDOW)):
             async with self.fenced() as fence:
-                await self._publish_window(window, fence)
+                await self._publish_window(window, fence, parents)
         for dl in letters:
             await jetstream.publish(self._js, DEADLETTER, encode(dl),
                                     headers={MSG_ID_HEADER: deadletter_msg_id(dl.seq)})
 
-    async def _publish_window(self, window: list[Record],
-                              fence: dict[str, str] | None) -> None:
+    async def _publish_window(self, window: list[EncodedRecord], fence: dict[str, str] | None,
+                              parents: dict[str, tracing.SpanContext]) -> None:
         """Write `window` concurrently; fenced writes a clustered stream refused as busy
         (one fenced write in flight at a time, ops/projector/lease.py) are retried one by one."""
-        results = await asyncio.gather(*(self.publish(s, d, fence, c) for s, d, c in window),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(self.publish(s, d, fence, c, parents.pop(s, None) if parents else None)
+              for s, d, c in window), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         for exc in sorted(errors, key=lambda e: not isinstance(e, LeaseLostError)):
             if not isinstance(exc, SequenceCheckBusyError):
@@ -240,7 +240,8 @@ class SnapshotWriter:
                 with attempt:
                     await self.publish(s, d, fence, c)
 
-    async def _pipelined(self, records: Iterable[Record], slow: list[Record]) -> None:
+    async def _pipelined(self, records: Iterable[EncodedRecord], slow: list[EncodedRecord],
+                         parents: dict[str, tracing.SpanContext]) -> None:
         """Write the changed records pipelined and wait for every ack.
 
         `records` is consumed lazily: a record is encoded only when there is
@@ -256,7 +257,6 @@ class SnapshotWriter:
         rejected, failed = pipe.stats.rejected, pipe.stats.failed
         written = self.written
         keep = written.keeps_bytes
-        parents = self.trace_parents
         sent: list[tuple[str, int, bytes | None]] = []
         for record in records:
             s, d, columns = record

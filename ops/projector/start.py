@@ -1,7 +1,7 @@
 """The projector's start: restore from CRR_SNAPSHOT, or rebuild from CRR_EVENTS.
 
-The snapshot is the checkpoint (DESIGN §4): on start the projector restores its fold
-state from its own CRR_SNAPSHOT records and status (`crr.projector.restore`) and folds
+The snapshot is the checkpoint (docs/contract.md, "Payloads"): on start the projector restores
+its fold state from its own CRR_SNAPSHOT records and status (`crr.projector.restore`) and folds
 CRR_EVENTS from right after the position the status covers.  Only when it cannot
 (first start, snapshot deleted, a status of an older writer or an unfinished rebuild,
 a record that does not restore, the events stream behind the snapshot) does it
@@ -30,14 +30,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 
 from crr.bus.cancel import cancel_and_wait
 from crr.bus.connection import Connection
 from crr.bus.jetstream import jetstream, stream_range, stream_state
-from crr.projections.state import ProjectionState
 from crr.projector.freezer import Freezer
 from crr.projector.input import Input, partition_filters
-from crr.projector.live_fold import Dirty, LiveFold
+from crr.projector.live_fold import LiveFold
 from crr.projector.output import Output
 from crr.projector.position import Position
 from crr.projector.restore import NotRestorable, Restored, restore_from
@@ -60,44 +60,65 @@ def retention_gap(first_seq: int, first_read: int) -> str | None:
             f"it went on from seq {first_read}")
 
 
+@dataclass(frozen=True)
+class Parts:
+    """The projector's parts a start loads into (the run loop builds them)."""
+
+    fold: LiveFold
+    input: Input
+    output: Output
+    pos: Position
+    origin: Origin
+    gc: Freezer
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How this projector starts: its partition (of `partitions`), whether it may restore,
+    whether it is an HA standby, how often a rebuild says how far it got."""
+
+    partition: int | None = None
+    partitions: int | None = None
+    restore: bool = True
+    """False: always rebuild, never restore (a benchmark's baseline)."""
+    standby: bool = False
+    """(HA) It writes nothing while loading, not even a rebuilding status."""
+    status_interval: float = 1.0
+
+
 class Start:
     """The initial load of one projector (see module doc), and starting over."""
 
-    def __init__(self, nc: Connection, *, fold: LiveFold, input_: Input, output: Output,
-                 pos: Position, origin: Origin, gc: Freezer, partition: int | None,
-                 partitions: int | None, restore: bool, standby: bool,
-                 ready: asyncio.Event, status_interval: float) -> None:
-        """`restore=False`: always rebuild, never restore (a benchmark's baseline).
-        `standby` (HA): it writes nothing while loading, not even a rebuilding status."""
+    def __init__(self, nc: Connection, parts: Parts, plan: Plan) -> None:
         self._nc = nc
         self._js = jetstream(nc, timeout=10.0)
-        self._fold = fold
-        self._input = input_
-        self._output = output
-        self._pos = pos
-        self._origin = origin
-        self._gc = gc
-        self._partition = partition
-        self._partitions = partitions
-        self._restore = restore
-        self._standby = standby
-        self._ready = ready
-        self._status_interval = status_interval
+        self._fold = parts.fold
+        self._input = parts.input
+        self._output = parts.output
+        self._pos = parts.pos
+        self._origin = parts.origin
+        self._gc = parts.gc
+        self._partition = plan.partition
+        self._partitions = plan.partitions
+        self._restore = plan.restore
+        self._standby = plan.standby
+        self._status_interval = plan.status_interval
         self.rebuilds = 0
         """Rebuilds after a stream went backwards."""
 
-    async def load(self, *, restore: bool) -> None:
+    async def load(self, *, restore: bool, digest: bool = False) -> None:
         """Load what CRR_SNAPSHOT holds; restore from it (`restore`) and fold CRR_EVENTS
         from right after its position, or else fold all of CRR_EVENTS on a new consumer;
-        returns when that initial load is folded."""
+        returns when that initial load is folded.  `digest`: digest the records read now
+        (else after ready: `LiveFold.refine_lazy`; a standby always digests now)."""
         await self._input.stop()
         with gc_paused():
-            await self._load(restore=restore)
+            await self._load(restore=restore, digest=digest or self._standby)
 
-    async def _load(self, *, restore: bool) -> None:
+    async def _load(self, *, restore: bool, digest: bool) -> None:
         """`load` with the cyclic GC paused."""
         fold = self._fold
-        raw = await self._output.load_written(digest=self._ready.is_set() or self._standby)
+        raw = await self._output.load_written(digest=digest)
         why = ("restoring is switched off" if not self._restore else
                fold.resync_why or "CRR_SNAPSHOT was found behind CRR_EVENTS or lost messages")
         fold.resync_why = ""
@@ -121,7 +142,8 @@ class Start:
 
     async def _fold_history(self, why: str) -> None:
         """Rebuild: fold every event CRR_EVENTS retains, from its first stored message to
-        the end, in order (DESIGN §2) — the fold `crr replay --verify` runs too — then go
+        the end, in order (docs/contract.md, "Payloads": the snapshot equals a fold of
+        every retained event) — the fold `crr replay --verify` runs too — then go
         live.  (The last event per subject alone would drop every value a later partial
         report omitted.)  While it reads, a status says `rebuilding` with its progress;
         no record is written until it is done (readers keep the old ones meanwhile)."""
@@ -185,15 +207,12 @@ class Start:
         fold, origin = self._fold, self._origin
         st = restored.status
         seq = st.last_seq
-        fold.state = restored.state
-        fold.deferred = restored.deferred if len(restored.deferred) else None
-        fold.lazy = restored.lazy if len(restored.lazy) else None
+        fold.resume(restored)
         # Its input is the one the status describes: `--verify` replays the same.
         origin.start_seq = st.start_seq
-        fold.applied, fold.deadletter_count = st.applied, st.deadletters
-        self._output.cut = Cut(applied=st.applied, deadletters=st.deadletters,
-                               catalog_seq=st.catalog_seq, catalog_digest=st.catalog_digest,
-                               next_due=fold.next_deadline())
+        self._output.resume(Cut(applied=st.applied, deadletters=st.deadletters,
+                                catalog_seq=st.catalog_seq, catalog_digest=st.catalog_digest,
+                                next_due=fold.next_deadline()))
         await self._pos.restart_at(seq, covered=st.covered_seq, stream_last=st.stream_last_seq)
         origin.restored = True
         origin.note = (f"restored from {SNAPSHOT_STREAM} at seq {seq} ({restored.records} "
@@ -218,7 +237,7 @@ class Start:
         rewrite every record CRR_SNAPSHOT no longer holds as folded."""
         self.rebuilds += 1
         await self.reset()
-        await self.load(restore=False)
+        await self.load(restore=False, digest=True)
         self._fold.rewrite_all()
         self._fold.resync = False
         self._gc.loaded(self._fold.state)
@@ -229,15 +248,8 @@ class Start:
         """Forget every folded event and what CRR_SNAPSHOT was seen to hold: the state of a
         projector that has loaded nothing (before a load again: starting over, or a first
         load that failed half-way)."""
-        fold, output = self._fold, self._output
         self._gc.discard()  # the old state is garbage now
-        fold.state = ProjectionState()
-        fold.dirty = Dirty()
-        fold.deadletters = []
-        output.writer.trace_parents.clear()
-        fold.last_event = None
-        output.last_status = None
+        self._fold.reset()
+        self._output.forget_written()
+        self._output.resume(Cut())
         await self._pos.restart_at(0)  # sequences were re-used: the old position means nothing
-        output.writer.written.clear()
-        fold.deferred = fold.lazy = None
-        output.cut = Cut()

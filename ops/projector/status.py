@@ -1,4 +1,4 @@
-"""What a projector's status record says (DESIGN §4), and the record itself.
+"""What a projector's status record says (docs/contract.md, "Payloads"), and the record itself.
 
 A status carries the position (`last_seq`, `covered_seq`: `crr.projector.position`),
 the cut of the state the records it covers reflect (`Cut`: taken as a flush begins),

@@ -1,4 +1,5 @@
-"""The read-only REST API and status page (`crr api`, DESIGN §7), over a `SchedulerView`.
+"""The read-only REST API and status page (`crr api`, docs/contract.md, "REST"), over a
+`SchedulerView`.
 
 Litestar, because it encodes msgspec Structs natively (the JSON is exactly
 the wire types of `schemas/`) and derives the OpenAPI document from the

@@ -1,4 +1,5 @@
-"""The REST endpoints the status page needs beyond DESIGN §7 (all read-only, in the OpenAPI).
+"""The REST endpoints the status page needs beyond docs/contract.md, "REST" (all read-only, in the
+OpenAPI).
 
 - `GET /v1/host-table`: the host table the page shows, one page at a time:
   filtered by a host-name pattern, a STATUS, a reporter state and a

@@ -1,6 +1,6 @@
 """The external-reporter SDK as `crr` exports it: publishing, and what became of it.
 
-`crr.producers.external.ExternalReporter` publishes (outbox, `boot`/`seq`,
+`crr.producers.external.ExternalPublisher` publishes (outbox, `boot`/`seq`,
 `Nats-Msg-Id`, buffering through outages).  Saying what became of a report
 needs the snapshot's coverage (`crr.projections.coverage`, read by
 `crr.sdk.report_outcome`), which the producers layer may not import; so
@@ -28,7 +28,7 @@ from typing import Any
 from crr.bus import jetstream
 from crr.bus.catalog_watch import check_declared
 from crr.bus.connection import Connection
-from crr.producers.external import ExternalReporter as Publisher
+from crr.producers.external import ExternalPublisher
 from crr.schemas.catalog import Catalog
 from crr.schemas.codec import decode, event_message
 from crr.schemas.errors import BusError, CrrError
@@ -39,8 +39,8 @@ from crr.sdk.report_outcome import ReportOutcome, outcome
 log = logging.getLogger("crr.external")
 
 
-class ExternalReporter(Publisher):
-    """The SDK: `crr.producers.external.ExternalReporter` plus the catalog check and `submit`."""
+class ExternalReporter(ExternalPublisher):
+    """The SDK: `crr.producers.external.ExternalPublisher` plus the catalog check and `submit`."""
 
     catalog: Catalog | None = None
     """The active catalog as last read (at connect, and by each `submit`)."""

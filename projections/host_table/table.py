@@ -8,7 +8,7 @@ snapshot) plus O(changed set members); `set_catalog` rebuilds every column
 from the stored snapshots.
 
 Five ways in: `load` (full snapshots in bulk), `upsert` (one snapshot),
-`load_records` / `append_records` (records' bytes in bulk, from their
+`append_records` (records' bytes in bulk, a chunk at a time, from their
 `Crr-Columns` headers where they have them), and `upsert_row` /
 `upsert_record` (one record's bytes, staged: `staging`).  The bulk paths
 write many rows at once (`bulk_fill`); every path gives the table that
@@ -62,7 +62,8 @@ from crr.schemas.codec import DECODERS
 from crr.schemas.snapshot import ClusterSnapshot, HostSnapshot
 
 LOAD_CHUNK: Final = 2048
-"""Records decoded at a time by `HostTable.load_records` (bounds the load's transient objects)."""
+"""Records a bulk load hands `HostTable.append_records` at a time (the scheduler view's load;
+bounds the load's transient objects), and rebuilds a column from kept bytes."""
 SMALL_BATCH: Final = 32
 """`append_records` of fewer records upserts them one by one (the column-wise passes have a
 fixed cost per column: at 20 host resources they cost more per record than `upsert_row`
@@ -148,23 +149,6 @@ class HostTable:
         self._build_columns(gathered)
         for snap in later:
             self._replace(snap.host, snap.values, snap)
-
-    def load_records(self, records: Sequence[bytes],
-                     on_error: Callable[[int, Exception], None] | None = None) -> None:
-        """`load` for lean rows, from the records' bytes (see the module doc).
-
-        Gives the table that `upsert_row` of each record's `decode_record` in
-        turn gives.  A record that does not decode is skipped and reported as
-        `on_error(index, error)`.  The records go through `append_records`
-        `LOAD_CHUNK` at a time, so the decoded objects of no more than a chunk
-        exist at once (a load must not leave the process with the memory of a
-        million short-lived objects).
-        """
-        for start in range(0, len(records), LOAD_CHUNK):
-            self.append_records(
-                records[start:start + LOAD_CHUNK],
-                None if on_error is None else
-                lambda i, exc, at=start: on_error(at + i, exc))  # type: ignore[misc]
 
     def append_records(self, records: Sequence[bytes],
                        on_error: Callable[[int, Exception], None] | None = None,

@@ -1,6 +1,6 @@
 """The host record: every representation of it, where each is written and where it is read.
 
-One host's record (DESIGN §4, `crr.v1.snapshot.host.<host>`; the cluster
+One host's record (docs/contract.md, "Payloads", `crr.v1.snapshot.host.<host>`; the cluster
 record is the same without a host) exists in these forms; each module here
 holds the writer and the reader of its form side by side:
 

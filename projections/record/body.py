@@ -3,7 +3,7 @@
 **Written** (`host_record`, `cluster_record`): the projector's hot path, one
 record per report.  The bytes are `crr.schemas.codec.encode` of
 `crr.projections.record.snapshot.host_snapshot`, byte for byte
-(`tests/projections/test_snapshot_encoding.py` checks it), built with less work: the
+(`tests/projections/test_record_encoding.py` checks it), built with less work: the
 fresh entries of one batch differ only in their value (and their lifetime),
 so each (batch, lifetime) is encoded once with stand-ins and cut around them
 (`_entry_frame`, `_form`); an entry is then that head + the encoded value +
@@ -18,7 +18,7 @@ lean decoder for those names decodes just that — msgspec skips every other
 field (reporter, three timestamps, the last value; the inventory and the
 reporter statuses) without building objects for it — and nothing of it is
 kept: the columns take what they need and the record's bytes stay for
-`get()`/explain.  Expiry: the numeric twin `expires_ts` (DESIGN §4: "entries
+`get()`/explain.  Expiry: the numeric twin `expires_ts` (docs/contract.md, "Payloads": "entries
 may carry numeric epoch-seconds twins of their times") when the record has
 one (`TwinEntry`: no string per value), otherwise the RFC 3339 `expires_at`
 string is parsed (records written before the twins: `LeanEntry`).  These

@@ -1,6 +1,6 @@
 """A host record's `Crr-Columns` header: written by the projector, read by the host table.
 
-The columns header (`COLUMNS_HEADER`, an addition to DESIGN §4): the
+The columns header (`COLUMNS_HEADER`, docs/contract.md, "crr's additions to the wire format"): the
 projector sends each host record with a NATS header holding just its
 columns in compact JSON, `{"e": E, "host": H, "v": {name: value}, "x":
 {name: [value, state, expires_ts]}}`: `v` has the values whose state is
@@ -12,7 +12,7 @@ body does not; the scheduler view decodes ~400 bytes per host instead of
 
 **Written**: `columns_of` is the rule (from a record's entries);
 `host_columns` builds the header of `crr.projections.record.body.host_record`
-(a host's steady state without entry objects; `tests/projections/test_snapshot_encoding.py`
+(a host's steady state without entry objects; `tests/projections/test_record_encoding.py`
 checks it against `columns_of`); `crr.projector.snapshot_writer` sends it.
 
 **Read**: `columns_decoder` (`crr.projections.host_table`: `upsert_record`,

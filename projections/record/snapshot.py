@@ -1,8 +1,8 @@
 """The host and cluster records as `crr.schemas.snapshot` Structs, built from a fold's state.
 
 `host_snapshot` / `cluster_snapshot` are the reference writer of the
-`crr.v1.snapshot.host.<host>` and `crr.v1.snapshot.cluster` records (DESIGN
-§4): what the projector writes is their encoding, byte for byte
+`crr.v1.snapshot.host.<host>` and `crr.v1.snapshot.cluster` records (docs/contract.md,
+"Payloads"): what the projector writes is their encoding, byte for byte
 (`crr.projections.record.body` builds those bytes with less work).  Readers
 decode them with `crr.schemas.codec.DECODERS`.  A deterministic function of the
 state: no clock, and dict order never leaks (the codec sorts keys).

@@ -1,4 +1,5 @@
-"""The `select[]` language of DESIGN §6: parse, typecheck, evaluate (columnar) and explain.
+"""The `select[]` language of docs/contract.md, "The `select[]` language": parse, typecheck,
+evaluate (columnar) and explain.
 
 Pure: no IO, no clock; `now` is always an argument.
 

@@ -1,4 +1,5 @@
-"""Tokens of the `select[]` language (DESIGN §6), with their offsets in the expression.
+"""Tokens of the `select[]` language (docs/contract.md, "The `select[]` language"), with their
+offsets in the expression.
 
 Offsets are 0-based columns into the text the operator wrote (including any
 `select[` wrapper), so every error can point at its token.

@@ -1,4 +1,4 @@
-"""A small hand-written Pratt parser for `select[]` (DESIGN §6).
+"""A small hand-written Pratt parser for `select[]` (docs/contract.md, "The `select[]` language").
 
 Precedence, loosest first: `or ||` < `and &&` < `not !` < comparisons and
 `has`/`has_any`/`has_all` (not chainable) < `+ -` < `* /` < unary `-`.

@@ -29,7 +29,7 @@ from crr.schemas.subjects import (
 from crr.view.scheduler_view import loaded_view
 from crr.view.snapshot_reader import read_snapshot
 from tests.history.test_replay import cli
-from tests.projector.test_ha import TAKEOVER_BOUND, pair
+from tests.projector.test_lease_ha import TAKEOVER_BOUND, pair
 from tests.support.faults import eventually
 from tests.support.projector import (
     FAST_CATALOG,

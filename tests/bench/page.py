@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from crr.projections.envelope import Envelope
-from crr.projections.history import Cut, Replay
+from crr.projections.history import CapturePoint, Replay
 from crr.projections.host_table import HostTable
 from crr.projections.timeline import replay_timeline
 from crr.rest.host_query import HostFacts, query, summarize
@@ -116,7 +116,7 @@ def bench_timeline(n: int) -> None:
     until = base_t + n * 6.0
 
     def one_cut() -> None:
-        replay = Replay([Cut(time=until)], hosts=["h"])
+        replay = Replay([CapturePoint(time=until)], hosts=["h"])
         for env in envs:
             replay.feed(env)
         replay.finish()

@@ -29,7 +29,7 @@ from crr.bus.streams import provision
 from crr.history.replay import export_line, read_export, run_replay
 from crr.projections.envelope import Envelope
 from crr.projections.fold import apply
-from crr.projections.history import Cut, Replay
+from crr.projections.history import CapturePoint, Replay
 from crr.projections.state import ProjectionState
 from crr.schemas.subjects import MSG_ID_HEADER
 from tests.bench.fold import catalog_envelope, envelopes
@@ -55,7 +55,7 @@ def write_file(envs: list[Envelope], path: Path) -> None:
 
 def file_seconds(path: Path, n: int) -> float:
     """Replay the whole file (read, decode, fold)."""
-    replay = Replay([Cut()])
+    replay = Replay([CapturePoint()])
     gc.collect()
     t = time.perf_counter()
     report = read_export(path, replay.feed_many)
@@ -76,7 +76,7 @@ async def stream_seconds(envs: list[Envelope], store: Path) -> float:
             for i in range(0, len(envs), window):
                 await asyncio.gather(*(js.publish(e.subject, e.data)
                                        for e in envs[i:i + window]))
-            replay = Replay([Cut()])
+            replay = Replay([CapturePoint()])
             gc.collect()
             t = time.perf_counter()
             report = await run_replay(replay, nc=nc, file=None)

@@ -1,6 +1,7 @@
-"""The bridges' sources plan at the projector's watermark: a stopped projector changes
-nothing on the target until `outage_hold` runs out (docs/contract.md, "Freshness at the
-watermark").  A real Projector writes the records, then stops; the sources are asked at
+"""The bridges plan at the projector's watermark: a stopped projector changes nothing on
+the target until `outage_hold` runs out (docs/contract.md, "Freshness at the
+watermark").  A real Projector writes the records, then stops; the per-host source and
+the whole-cluster plan (`wants_from_view`, as `crr bridge slurm` runs it) are asked at
 explicit `now`s past a value's `expires_at`.
 """
 
@@ -9,14 +10,15 @@ from __future__ import annotations
 from nats.aio.client import Client
 
 from crr.bridges.host_source import HostSource
-from crr.bridges.view_source import ViewSource
+from crr.bridges.slurm_bridge import wants_from_view
+from crr.projections.exports import compile_exports
 from crr.schemas.wire_time import parse_time
 from crr.view.scheduler_view import SchedulerView
 from tests.bridges.test_bridge_cli import CATALOG
 from tests.support.projector import publish_catalog, publish_report, running_projector
 
 
-async def test_sources_hold_the_wants_while_the_projector_is_stopped(nc: Client) -> None:
+async def test_bridges_hold_the_wants_while_the_projector_is_stopped(nc: Client) -> None:
     async with running_projector(nc) as projector:
         await publish_catalog(nc, CATALOG)
         await publish_report(nc, "ext", "n1", {"scratch_free": 900.0, "fs_healthy": True})
@@ -26,27 +28,25 @@ async def test_sources_hold_the_wants_while_the_projector_is_stopped(nc: Client)
     await view.wait_ready()
     host = HostSource(nc, "n3")
     await host.start()
-    source = ViewSource(view)
+    exports = compile_exports(CATALOG)
     try:
         snap = view.table.get("n3")
         assert snap is not None
         expires = parse_time(snap.values["blink"].expires_at)  # 1 s after the report
-        cluster_wants = source.wants(expires + 30)
-        host_wants = host.wants(expires + 30)
-        for wants, judged in ((cluster_wants, source.judged), (host_wants, host.judged)):
-            assert wants["n3"].features == {"blinking"}  # held: the projector is stopped
-            assert judged is not None
-            assert judged.holding
-            # Its next change is put on the clock: not before now (no busy wake-ups).
-            assert wants["n3"].expires_at is not None
-            assert wants["n3"].expires_at > expires + 30
+        held = host.wants(expires + 30)["n3"]
+        assert held.features == {"blinking"}  # held: the projector is stopped
+        assert host.judged is not None
+        assert host.judged.holding
+        # Its next change is put on the clock: not before now (no busy wake-ups).
+        assert held.expires_at is not None
+        assert held.expires_at > expires + 30
+        assert wants_from_view(view, exports, expires + 30)["n3"].features == {"blinking"}
         late = expires + 600 + 1  # past the default outage_hold: the honest state
-        assert "blinking" not in source.wants(late)["n3"].features
         assert "blinking" not in host.wants(late)["n3"].features
-        assert source.judged is not None
-        assert source.judged.expired
-        assert source.wants(late)["n1"].features == {"big_scratch"}  # 60 s + 30 s: held still
+        assert host.judged.expired
+        cluster = wants_from_view(view, exports, late)
+        assert "blinking" not in cluster["n3"].features
+        assert cluster["n1"].features == {"big_scratch"}  # 60 s + 30 s: held still
     finally:
-        source.close()
         await host.stop()
         await view.stop()

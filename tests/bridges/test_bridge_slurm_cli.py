@@ -166,7 +166,7 @@ async def test_bridge_serves_prometheus_metrics(nc: Client, nats_url: str,
     Slurm's 20 nodes, healthy, calls made."""
     pytest.importorskip("opentelemetry.exporter.prometheus",
                         reason="needs the prometheus extra: pip install -e '.[prometheus]'")
-    from tests.projector.test_prometheus import _endpoint, _scrape_until  # noqa: PLC0415 - after the skip
+    from tests.projector.test_metrics_prometheus import _endpoint, _scrape_until  # noqa: PLC0415 - after the skip
 
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
     monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")

@@ -21,7 +21,7 @@ from tests.support.faults import eventually
 
 
 def test_token_examples() -> None:
-    """DESIGN §3's example and the escape rule."""
+    """The example and the escape rule of docs/contract.md, "Subjects and streams"."""
     assert token("node1.dc2") == "node1=2Edc2"
     assert token("a_b-C9") == "a_b-C9"
     assert token("né") == "n=C3=A9"

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from crr.projections.checkpoint import (
     CheckpointError,
-    CheckpointRecord,
     Deferred,
     Lazy,
     decode_record,
@@ -30,6 +29,7 @@ from crr.projections.state import ProjectionState
 from crr.schemas.catalog_loader import catalog_from_wire
 from crr.schemas.codec import encode
 from crr.schemas.events import Forget
+from crr.schemas.snapshot_views import CheckpointRecord
 from crr.schemas.subjects import forget_subject
 from tests.projections.test_fold_properties import events, snapshot_bytes
 from tests.support.fold import T0, catalog_env, health_env, report_env

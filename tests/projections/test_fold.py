@@ -1,4 +1,5 @@
-"""Given/when/then cases for the pure fold (DESIGN §3-§5)."""
+"""Given/when/then cases for the pure fold (docs/contract.md, "Subjects and streams", "Payloads",
+"`resources.yaml`")."""
 
 from __future__ import annotations
 
@@ -322,7 +323,8 @@ def test_garbage_bytes_dead_lettered() -> None:
 
 
 def test_unknown_subject_dead_lettered_and_deadletter_subject_skipped() -> None:
-    """Subjects outside DESIGN §3 are dead-lettered; crr.v1.deadletter is skipped silently."""
+    """Subjects outside docs/contract.md, "Subjects and streams" are dead-lettered;
+    crr.v1.deadletter is skipped silently."""
     state = given_catalog()
     assert apply(state, raw_env(2, T0, "crr.v1.report.rack.x.y", b"{}")).deadletter is not None
     assert apply(state, raw_env(3, T0, "other.thing", b"{}")).deadletter is not None

@@ -402,7 +402,7 @@ def test_a_bulk_load_shares_the_sets_of_equal_arrays() -> None:
         one_by_one.upsert(snap)
     of_snaps, of_records = HostTable(CATALOG), HostTable(CATALOG)
     of_snaps.load(snaps)
-    of_records.load_records([encode(s) for s in snaps])
+    of_records.append_records([encode(s) for s in snaps])
     for bulk in (of_snaps, of_records):
         _assert_same_table(bulk, one_by_one, strict_pool=True, same_docs=bulk is of_snaps)
         col = bulk.column("tags")

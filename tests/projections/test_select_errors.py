@@ -140,7 +140,7 @@ def test_error_is_value_error() -> None:
     ],
 )
 def test_accepted(expr: str) -> None:
-    """Every form of DESIGN §6 compiles."""
+    """Every form of docs/contract.md, "The `select[]` language" compiles."""
     compiled = compile_select(expr, CATALOG)
     assert compiled.expression == expr
     assert compiled.resources <= set(CATALOG.resources)

@@ -1,4 +1,5 @@
-"""Whole LSF requirement strings, LSF bare words and the `!` ambiguity (DESIGN §6, issue 14).
+"""Whole LSF requirement strings, LSF bare words and the `!` ambiguity (docs/contract.md, "The
+`select[]` language", issue 14).
 
 Requirement strings are written as `bsub -R` takes them (IBM's documented
 section syntax); crr evaluates the select section and reports the others.

@@ -1,4 +1,5 @@
-"""select[] semantics (DESIGN §6): every form, Kleene logic, staleness, exclude, cluster scope."""
+"""select[] semantics (docs/contract.md, "The `select[]` language"): every form, Kleene logic,
+staleness, exclude, cluster scope."""
 
 from __future__ import annotations
 
@@ -107,7 +108,7 @@ def test_commuted_selects_same_hosts(expr: str, pairs: set[str]) -> None:
     assert sel(swapped, MATRIX) == sel(expr, MATRIX) == _truth_hosts(pairs)
 
 
-# -- every form of DESIGN §6 -------------------------------------------------------------
+# -- every form of the select[] language (docs/contract.md) ----------------------------
 
 HOSTS: dict[str, dict[str, Any]] = {
     "a": {"free": 500, "total": 1000.0, "load": 0.5, "ok": True, "drain": False,
@@ -196,7 +197,7 @@ FORMS = [
 
 @pytest.mark.parametrize(("expr", "hosts"), FORMS)
 def test_forms(expr: str, hosts: list[str]) -> None:
-    """Each form of DESIGN §6 selects the expected hosts."""
+    """Each form of docs/contract.md, "The `select[]` language" selects the expected hosts."""
     assert sel(expr, TABLE) == sorted(hosts)
 
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crr.projections.envelope import Envelope
-from crr.projections.history import Cut, Replay
+from crr.projections.history import CapturePoint, Replay
 from crr.projections.timeline import HostTimeline, replay_timeline
 from crr.schemas.codec import encode
 from crr.schemas.subjects import CATALOG, event_subject
@@ -32,7 +32,7 @@ def events(reports: list[tuple[float, Any]]) -> list[Envelope]:
 
 def at(envs: list[Envelope], t: float) -> tuple[str, Any] | None:
     """(state, value or last value) of blink as `crr replay --at t` gives it."""
-    replay = Replay([Cut(time=t)], hosts=[HOST])
+    replay = Replay([CapturePoint(time=t)], hosts=[HOST])
     for env in envs:
         replay.feed(env)
     snap = replay.finish()[0].hosts.get(HOST)

@@ -90,10 +90,10 @@ def _gate_flushes(monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Event, async
     gate.set()
     write = SnapshotWriter._pipelined
 
-    async def gated(self: SnapshotWriter, records: Any, slow: Any) -> None:
+    async def gated(self: SnapshotWriter, records: Any, slow: Any, parents: Any) -> None:
         entered.set()
         await gate.wait()
-        await write(self, records, slow)
+        await write(self, records, slow, parents)
 
     monkeypatch.setattr(SnapshotWriter, "_pipelined", gated)
     return gate, entered

@@ -107,12 +107,14 @@ async def test_writer_sends_columns_unless_the_record_would_not_fit(nc: Client,
     big = b'{"a":"' + b"x" * (nc.max_payload - 8 * 1024) + b'"}'
     columns = '{"host":"n2","v":{"a":"' + "y" * 6000 + '"}}'
     writer = SnapshotWriter(nc)
+    parents: dict[str, SpanContext] = {}
     if traced:  # the one-by-one path (records continuing a trace, fenced writes)
         parent = SpanContext(trace_id=1, span_id=1, is_remote=True)
-        writer.trace_parents = {host_snapshot_subject(h): parent for h in ("n1", "n2")}
+        parents = {host_snapshot_subject(h): parent for h in ("n1", "n2")}
     try:
         await writer.write(iter([(host_snapshot_subject("n1"), b'{"a":1}', '{"host":"n1"}'),
-                                 (host_snapshot_subject("n2"), big, columns)]))
+                                 (host_snapshot_subject("n2"), big, columns)]), (), parents)
+        assert not parents  # each trace continued by its record's write
         assert writer.writes == 2
     finally:
         await writer.close()

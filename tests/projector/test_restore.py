@@ -21,7 +21,7 @@ from nats.aio.client import Client
 from crr.bus.follower import read_snapshot_bytes
 from crr.bus.streams import StreamSettings, provision
 from crr.history.replay import run_replay
-from crr.projections.history import Cut, Replay, json_differences
+from crr.projections.history import CapturePoint, Replay, json_differences
 from crr.projector.service import Projector
 from crr.schemas.catalog_loader import load_catalog_text
 from crr.schemas.codec import decode, encode
@@ -126,7 +126,7 @@ async def test_restart_after_partial_reports_restores_everything(
 async def assert_replay_equals_live(nc: Client) -> None:
     """The whole history replayed without a restart gives the live host records."""
     last = (await nc.jetstream().stream_info(EVENTS_STREAM)).state.last_seq
-    replay = Replay([Cut(seq=last)])
+    replay = Replay([CapturePoint(seq=last)])
     await run_replay(replay, nc=nc, file=None, stop_seq=last, label="test")
     mine = {s: b for s, b in replay.captures[0].records().items()
             if s.startswith("crr.v1.snapshot.host.")}
@@ -199,7 +199,8 @@ async def test_deleted_snapshot_stream_rebuilds_and_says_so(
     assert "values reported only before then are gone" in note, note
     after = records_of(await read_snapshot_bytes(nc))
     # The rebuild folds the whole retained history: the values later partial reports
-    # omitted are back, byte for byte as before (DESIGN §2: never the last event per
+    # omitted are back, byte for byte as before (docs/contract.md, "Payloads", the snapshot equals
+    # a fold of every retained event: never the last event per
     # subject alone).
     assert after.keys() == before.keys()
     assert {s: b for s, (_, b) in after.items()} == {s: b for s, (_, b) in before.items()}

@@ -494,9 +494,9 @@ async def test_a_server_that_does_not_answer_at_start_is_retried(
             raise BusTimeoutError("no answer in time (nats: timeout)")
         return await real_check(*args, **kw)  # type: ignore[arg-type]
 
-    async def load_then_fail_once(self: Start, *, restore: bool) -> None:
+    async def load_then_fail_once(self: Start, *, restore: bool, digest: bool = False) -> None:
         calls["load"] += 1
-        await real_load(self, restore=restore)
+        await real_load(self, restore=restore, digest=digest)
         if calls["load"] == 1:
             raise BusTimeoutError("no answer in time (nats: timeout)")
 

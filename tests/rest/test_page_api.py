@@ -213,8 +213,9 @@ def test_query_pages_concatenate_to_the_whole_sorted_list() -> None:
 
 
 async def test_odd_host_names_work_end_to_end(nc: Client) -> None:
-    """A host whose name needs subject-token encoding (DESIGN §3) has its page data: the
-    record, the host table match and the timeline (its subjects, not a wildcard's)."""
+    """A host whose name needs subject-token encoding (docs/contract.md, "Subjects and streams")
+    has its page data: the record, the host table match and the timeline (its subjects, not a
+    wildcard's)."""
     odd = "gpu node.1 *>é"
     async with running_api(nc) as rig, httpx.AsyncClient(base_url=rig.url) as http:
         await publish_catalog(nc)

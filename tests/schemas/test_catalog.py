@@ -1,4 +1,5 @@
-"""`resources.yaml` loading: every error reported with its path, all at once (DESIGN §5)."""
+"""`resources.yaml` loading: every error reported with its path, all at once (docs/contract.md,
+"`resources.yaml`")."""
 
 from __future__ import annotations
 

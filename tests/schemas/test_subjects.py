@@ -57,7 +57,8 @@ def test_status_partition_refuses_other_subjects() -> None:
 
 
 def test_filters_spell_the_design_subjects() -> None:
-    """The filters (permissions, consumers) are exactly the subjects DESIGN §3 names."""
+    """The filters (permissions, consumers) are exactly the subjects docs/contract.md, "Subjects
+    and streams" names."""
     assert host_event_filter() == "crr.v1.*.host.*.*"
     assert host_event_filter("report", "node1.dc2") == "crr.v1.report.host.node1=2Edc2.*"
     assert host_event_filter("health", reporter="dsindex") == "crr.v1.health.host.*.dsindex"
@@ -128,7 +129,8 @@ def test_subject_template() -> None:
 def test_event_message_is_subject_bytes_and_id_of_the_event(
         reporter: str, host: str | None, seq: int) -> None:
     """Report, Inventory and Health publish on their own kind's subject, as their canonical
-    bytes, with DESIGN §3's `Nats-Msg-Id`; the bytes decode back to the event."""
+    bytes, with the `Nats-Msg-Id` of docs/contract.md, "Subjects and streams"; the bytes decode
+    back to the event."""
     at = "2026-12-02T14:00:00.123Z"
     events: list[tuple[EventType, Report | Inventory | Health]] = [
         ("report", Report(reporter=reporter, host=host, boot="b1", seq=seq, observed_at=at,

@@ -11,7 +11,7 @@ import pytest
 from nats.aio.client import Client
 
 from crr.admin.reporter_health import ReporterHealth, with_deadletters
-from crr.producers.external import ExternalReporter
+from crr.producers.external import ExternalPublisher
 from crr.projector.deadletters import count_deadletters
 from crr.schemas.errors import PayloadError
 from crr.schemas.events import DeadLetter, check_finite
@@ -106,9 +106,9 @@ async def test_cli_refuses_non_finite_numbers(nc: Client, nats_url: str, raw: st
 
 
 async def test_sdk_refuses_non_finite_numbers(nc: Client, nats_url: str) -> None:
-    """`ExternalReporter.report` raises PayloadError for NaN/inf and publishes nothing."""
+    """`ExternalPublisher.report` raises PayloadError for NaN/inf and publishes nothing."""
     before = await _last_seq(nc)
-    async with ExternalReporter.connect(reporter="flexlm", url=nats_url, attempts=1) as rep:
+    async with ExternalPublisher.connect(reporter="flexlm", url=nats_url, attempts=1) as rep:
         for bad in (math.nan, math.inf, -math.inf):
             with pytest.raises(PayloadError, match="not a finite number"):
                 rep.report({"matlab_free": bad, "simulink_free": 1})

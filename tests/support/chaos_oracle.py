@@ -1,7 +1,8 @@
 """The chaos run's ground truth: what every host should hold, folded with plain dictionaries.
 
 Deliberately independent of crr's fold (`crr.projections.fold`): no crr import,
-no Structs, just the rules of DESIGN §3-§5 as the chaos run exercises them —
+no Structs, just the rules of docs/contract.md ("Subjects and streams", "Payloads",
+"`resources.yaml`") as the chaos run exercises them —
 
 - a report refreshes the values it carries (those its reporter owns in the
   catalog in force and that are valid); every value it omits stays;

@@ -26,7 +26,11 @@ from crr.schemas.subjects import host_snapshot_subject
 from crr.schemas.wire_time import format_time
 from crr.view.scheduler_view import SchedulerView
 from tests.projections.test_host_table import _SNAPSHOTS, _assert_same_table
-from tests.projections.test_lean_rows import EXPRESSIONS, _assert_same_answers, _with_twins
+from tests.projections.test_host_table_lean_rows import (
+    EXPRESSIONS,
+    _assert_same_answers,
+    _with_twins,
+)
 from tests.support.select import CATALOG, NOW
 
 _STEPS = st.lists(

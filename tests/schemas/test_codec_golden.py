@@ -1,7 +1,7 @@
 """Golden wire samples: every type decodes and re-encodes to the same bytes (schema evolution).
 
 The files under tests/golden/ are the contract other languages build on;
-a change that breaks one of these tests is a wire change (DESIGN, top).
+a change that breaks one of these tests is a wire change (docs/contract.md, "Schema evolution").
 `*.future.json` are events with a field a later version might add: today's
 readers must skip it.  `projector_status.before_partitions.json` is a status
 record from before `covered_seq`/`partitions`, `catalog.before_tty.json` a

@@ -2,7 +2,7 @@
 latency chart, bad input on the page; screenshots of each view saved as test artifacts.
 
 Artifacts go to `$CRR_TEST_ARTIFACTS` (default `test-artifacts/`, git-ignored).  Waits
-happen inside the page (`tests.rest.test_status_page.until`), never on time.
+happen inside the page (`tests.rest.test_rest_status_page.until`), never on time.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from nats.aio.client import Client
 
 from crr.schemas.subjects import event_subject
 from crr.schemas.wire_time import format_time
-from tests.rest.test_status_page import CHROMIUM, DevTools, chromium, until
+from tests.rest.test_rest_status_page import CHROMIUM, DevTools, chromium, until
 from tests.support.projector import publish_catalog, publish_report
 from tests.support.rest import ApiRig, running_api
 

@@ -30,7 +30,7 @@ from crr.bus.connection import connect, open_connection
 from crr.bus.outbox import Outbox
 from crr.bus.streams import StreamSettings, provision
 from crr.producers.agent import Agent
-from crr.producers.external import CentralRunner, ExternalReporter
+from crr.producers.external import CentralRunner, ExternalPublisher
 from crr.schemas.catalog_loader import load_catalog_text
 from crr.schemas.codec import encode
 from crr.schemas.errors import AuthError, NotConnectedError
@@ -110,14 +110,14 @@ async def test_external_reporters_publish_only_their_own_subjects(
     """The SDK: own cluster subject accepted; another reporter's, or host subjects, refused."""
     async with secure_rig(tmp_path) as rig:
         refused: list[str] = []
-        async with ExternalReporter.connect(
+        async with ExternalPublisher.connect(
             reporter="flexlm", url=rig.url, creds=rig.creds("reporter.flexlm"),
             on_error=lambda subject, _exc: refused.append(subject), attempts=2,
         ) as rep:
             rep.report({"matlab_free": 7})
             rep.health("ok", "polled 27000@licsrv")
             rep.report({"matlab_free": 1}, host="nodeA")  # flexlm owns no host-scope values
-            impostor = ExternalReporter(rep.nc, reporter="dsindex", on_error=rep.on_error)
+            impostor = ExternalPublisher(rep.nc, reporter="dsindex", on_error=rep.on_error)
             await impostor.start()
             impostor.report({"datasets": ["c4"]}, host="nodeA")
             await impostor.flush(3)
@@ -129,7 +129,7 @@ async def test_external_reporters_publish_only_their_own_subjects(
         assert sorted(refused) == ["crr.v1.report.host.nodeA.dsindex",
                                    "crr.v1.report.host.nodeA.flexlm"]
         assert all("permissions violation" in e.error for e in rep.errors)
-        async with ExternalReporter.connect(reporter="dsindex", url=rig.url,
+        async with ExternalPublisher.connect(reporter="dsindex", url=rig.url,
                                             creds=rig.creds("reporter.dsindex")) as ds:
             ds.report({"datasets": ["c4", "imagenet"]}, host="nodeA")
             await ds.flush(3)
@@ -167,7 +167,7 @@ async def test_host_cannot_pose_as_an_external_host_scope_reporter_or_lie_in_the
 async def test_view_role_reads_but_cannot_publish_or_create_streams(tmp_path: Path) -> None:
     """`view` loads the scheduler view and `crr hosts`; publishing and stream admin are refused."""
     async with secure_rig(tmp_path) as rig:
-        async with ExternalReporter.connect(reporter="dsindex", url=rig.url,
+        async with ExternalPublisher.connect(reporter="dsindex", url=rig.url,
                                             creds=rig.creds("reporter.dsindex")) as ds:
             ds.report({"datasets": ["c4"]}, host="nodeA")
             await ds.flush(3)
@@ -261,7 +261,7 @@ async def test_password_mode_bcrypt_users(tmp_path: Path,
         config = rig.demo.bundle.config.read_text()
         assert "$2a$" in config
         assert_no_secret(rig, config)
-        async with ExternalReporter.connect(reporter="flexlm", url=rig.url,
+        async with ExternalPublisher.connect(reporter="flexlm", url=rig.url,
                                             creds=rig.creds("reporter.flexlm")) as rep:
             rep.report({"matlab_free": 3})
             await rep.flush(3)
@@ -316,7 +316,7 @@ async def test_central_runner_publishes_cluster_values_without_leaking_credentia
     async with secure_rig(tmp_path) as rig:
         environ = {**SAFE_ENV, "NATS_CREDS": rig.creds("reporter.flexlm"),
                    "NATS_URL": rig.url, "NATS_PASSWORD": "s3cret"}
-        async with ExternalReporter.connect(reporter="flexlm", url=rig.url,
+        async with ExternalPublisher.connect(reporter="flexlm", url=rig.url,
                                             creds=rig.creds("reporter.flexlm")) as rep:
             central = CentralRunner(rep, reporters_dir=REPORTERS, environ=environ)
             await central.apply(rig.catalog)

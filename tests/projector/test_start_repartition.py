@@ -17,7 +17,7 @@ from nats.aio.client import Client
 from crr.bus.follower import read_snapshot_bytes
 from crr.bus.streams import StreamSettings, provision
 from crr.history.replay import run_replay
-from crr.projections.history import Cut, Replay
+from crr.projections.history import CapturePoint, Replay
 from crr.projector.service import Projector
 from crr.schemas.errors import StreamConfigError
 from crr.schemas.subjects import EVENTS_STREAM, host_snapshot_subject, partition_of, token
@@ -60,7 +60,7 @@ async def assert_replay_matches(nc: Client) -> None:
     """A replay of the whole CRR_EVENTS (whatever layouts stored it) gives every live host
     record byte for byte (`crr replay` reads partition-stored subjects as published)."""
     last = (await nc.jetstream().stream_info(EVENTS_STREAM)).state.last_seq
-    replay = Replay([Cut(seq=last)])
+    replay = Replay([CapturePoint(seq=last)])
     await run_replay(replay, nc=nc, file=None, stop_seq=last, label="test")
     mine = replay.captures[0].records()
     live = await read_snapshot_bytes(nc)

@@ -5,7 +5,7 @@ returns the answer and drops a cancellation that lands in the same loop iteratio
 (CPython gh-86296).  A projector signalled as its rebuild began read on through the
 whole rebuild and its first snapshot write (2.0-2.4 s for 40k hosts) before its loop saw
 the stop.  `stopping()` makes a cancellation again that has not ended the command
-`AGAIN_AFTER` seconds later.  `tests/cli/test_stop.py` checks the real commands.
+`AGAIN_AFTER` seconds later.  `tests/cli/test_cli_stop.py` checks the real commands.
 """
 
 from __future__ import annotations

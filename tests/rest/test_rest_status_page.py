@@ -20,9 +20,9 @@ import pytest
 from nats.aio.client import Client
 
 from crr.schemas.catalog_loader import load_catalog_text
-from tests.projections.test_liveness import SHORT_YAML, SILENT_AFTER
 from tests.support.projector import publish_catalog, publish_report, running_projector
 from tests.support.rest import running_api, served_api
+from tests.system.test_liveness import SHORT_YAML, SILENT_AFTER
 
 CHROMIUM = Path("/usr/bin/chromium")
 

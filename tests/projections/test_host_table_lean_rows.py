@@ -42,7 +42,10 @@ def _full(record: bytes) -> HostSnapshot:
 
 
 def _load(table: HostTable, records: list[bytes]) -> None:
-    table.load_records(records)
+    """As the scheduler view loads: `append_records`, `LOAD_CHUNK` records at a time."""
+    chunk = table_module.LOAD_CHUNK
+    for start in range(0, len(records), chunk):
+        table.append_records(records[start:start + chunk])
 
 
 def _upsert(table: HostTable, record: bytes) -> None:
@@ -212,10 +215,10 @@ def test_a_bulk_load_skips_and_reports_what_does_not_decode() -> None:
     records = [good[0], b"{nope", *good[1:], b'{"host": 1}']
     errors: list[int] = []
     table = HostTable(CATALOG)
-    table.load_records(records, on_error=lambda i, _exc: errors.append(i))
+    table.append_records(records, on_error=lambda i, _exc: errors.append(i))
     assert errors == [1, 71]
     alone = HostTable(CATALOG)
-    alone.load_records(good)
+    alone.append_records(good)
     _assert_same_table(table, alone, strict_pool=True, same_docs=False)
     assert compile_select("free >= 69", CATALOG).select(table, NOW) == ["h69"]
 
@@ -225,7 +228,7 @@ def test_packing_keeps_the_answers_and_skips_rows_that_changed() -> None:
     `unpacked` and `packed` keeps its new record, and is listed again."""
     records = [encode(host_snapshot(f"h{i}", {"free": float(i)})) for i in range(5)]
     table = HostTable(CATALOG)
-    table.load_records(records)
+    table.append_records(records)
     batch = table.unpacked(10)
     assert sorted(row for row, _ in batch) == [0, 1, 2, 3, 4]  # (newest first)
     newer = encode(host_snapshot("h2", {"free": 42.0}))
