@@ -127,6 +127,32 @@ class NatsServer:
                 self._ready.set()
         self._ready.set()  # exited: unblock start(), which then sees poll() != None
 
+    def exit_status(self) -> str | None:
+        """None while the server runs (or before `start()`); else how it ended:
+        `exit status N` or `killed by signal N (SIGNAME)`."""
+        code = self.proc.poll() if self.proc is not None else None
+        if code is None:
+            return None
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = "unknown signal"
+            return f"killed by signal {-code} ({name})"
+        return f"exit status {code}"
+
+    def wait_exit(self) -> str:
+        """Block until the server process ends (call it in a thread); how it ended
+        (`exit_status`), with the last error line of its log when there is one."""
+        if self.proc is None:
+            raise CrrError("nats-server was never started")
+        self.proc.wait()
+        if self._reader is not None:  # its last log lines (why it stopped) are read
+            self._reader.join(timeout=1)
+        how = self.exit_status() or "exited"
+        fatal = self._fatal_line()
+        return f"{how}: {fatal}" if fatal else how
+
     def kill(self) -> None:
         """SIGKILL the server (fault injection); the store stays for a restart."""
         if self.proc is not None and self.proc.poll() is None:

@@ -62,9 +62,16 @@ class SimulatedHost:
     seq: int = 0
 
     def next_values(self, catalog: Catalog, reporter: str) -> dict[str, Any]:
-        """The next values of `reporter`'s host-scope resources on this host."""
+        """The next values of `reporter`'s host-scope resources on this host.
+
+        Values of one reporter hang together as a real host's do (issue 40: the demo
+        showed `scratch_free 953.9` beside `scratch_total 707.6`, `site_ok true` beside
+        `site_state drain`): an `X_total` is a capacity, drawn once, and its `X_free`
+        walks within it; a boolean `X_ok` is true exactly when its string `X_state` is
+        `ok`.
+        """
         out: dict[str, Any] = {}
-        for name in catalog.resources_of(reporter):
+        for name in sorted(catalog.resources_of(reporter), key=_dependency_order):
             spec = catalog.resources[name]
             if spec.scope != "host":
                 continue
@@ -72,9 +79,19 @@ class SimulatedHost:
             if spec.kind == "numeric":
                 lo = spec.min if spec.min is not None else 0.0
                 hi = spec.max if spec.max is not None else 1000.0
-                v = float(prev) if prev is not None else self.rng.uniform(lo, hi)
-                v = min(hi, max(lo, v + self.rng.gauss(0, (hi - lo) * 0.02)))
-                out[name] = round(v, 1)
+                capacity = out.get(name.removesuffix("_free") + "_total") \
+                    if name.endswith("_free") else None
+                if isinstance(capacity, float):
+                    hi = max(lo, min(hi, capacity))
+                if name.endswith("_total") and prev is not None:
+                    v = float(prev)  # a capacity does not wander
+                else:
+                    v = float(prev) if prev is not None else self.rng.uniform(lo, hi)
+                    v = min(hi, max(lo, v + self.rng.gauss(0, (hi - lo) * 0.02)))
+                out[name] = min(round(v, 1), hi) if capacity is not None else round(v, 1)
+            elif spec.kind == "boolean" and name.endswith("_ok") and isinstance(
+                    out.get(name.removesuffix("_ok") + "_state"), str):
+                out[name] = out[name.removesuffix("_ok") + "_state"] == "ok"
             elif spec.kind == "boolean":
                 out[name] = (not prev) if prev is not None and self.rng.random() < 0.02 else (
                     prev if prev is not None else self.rng.random() < 0.9)
@@ -87,6 +104,11 @@ class SimulatedHost:
                 out[name] = sorted(members)
             self.state[name] = out[name]
         return out
+
+
+def _dependency_order(name: str) -> tuple[int, str]:
+    """Capacities (`X_total`) and states (`X_state`) before what follows from them."""
+    return (0 if name.endswith(("_total", "_state")) else 1, name)
 
 
 def simulated_hosts(names: list[str], seed: int) -> list[SimulatedHost]:

@@ -54,6 +54,10 @@ class ResourceSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     max: float | None = None
     max_length: int = DEFAULT_MAX_LENGTH
     max_items: int = DEFAULT_MAX_ITEMS
+    precision: int | msgspec.UnsetType = msgspec.UNSET
+    """Decimals a display shows of a numeric value (the status page; default 1): a change
+    smaller than that is not a change there.  Left out of the encoded catalog unless set,
+    like `ReporterSpec.tty`, so catalogs that do not use it stay readable by older readers."""
 
 
 class ReporterSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -35,7 +35,9 @@ RESERVED_WORDS = frozenset(
     {"and", "or", "not", "has", "has_any", "has_all", "defined", "count", "true", "false",
      "select"}
 )
-_KIND_ONLY = {"min": "numeric", "max": "numeric", "max_length": "string", "max_items": "string_set"}
+_KIND_ONLY = {"min": "numeric", "max": "numeric", "max_length": "string", "max_items": "string_set",
+              "precision": "numeric"}
+MAX_PRECISION = 6
 
 
 def _field_types(cls: type[msgspec.Struct]) -> dict[str, Any]:
@@ -135,6 +137,8 @@ def _check_resource(
         problems.append(f"{path}.max_length: must be greater than zero")
     if spec.max_items <= 0:
         problems.append(f"{path}.max_items: must be greater than zero")
+    if isinstance(spec.precision, int) and not 0 <= spec.precision <= MAX_PRECISION:
+        problems.append(f"{path}.precision: decimals shown, from 0 to {MAX_PRECISION}")
 
 
 def _default_mode(spec: ReporterSpec, raw: dict[str, Any]) -> ReporterSpec:

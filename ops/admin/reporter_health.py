@@ -57,10 +57,14 @@ class ReporterHealth(msgspec.Struct, frozen=True, kw_only=True):
     """Why the newest of those was dead-lettered."""
 
 
+def is_failing(st: ReporterStatus) -> bool:
+    """The one rule (module doc): a failing state, or declared resources missing."""
+    return st.state in FAILING_STATES or bool(st.missing)
+
+
 def _row(reporter: str, host: str | None, st: ReporterStatus) -> ReporterHealth:
     return ReporterHealth(
-        reporter=reporter, host=host, state=st.state,
-        failing=st.state in FAILING_STATES or bool(st.missing),
+        reporter=reporter, host=host, state=st.state, failing=is_failing(st),
         since=st.since, detail=st.detail, exit_code=st.exit_code, rejected=st.rejected,
         rejections=list(st.rejections), last_report_at=st.last_report_at, health=st.health,
         rejected_total=st.rejected_total, missing=list(st.missing))

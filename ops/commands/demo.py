@@ -19,7 +19,6 @@ import contextlib
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -47,6 +46,8 @@ from crr.view.snapshot_reader import SnapshotContents, read_snapshot
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
+SERVER_EXIT_GRACE: Final = 1.0
+"""Seconds an error waits for the server watch before it is taken as the error itself."""
 FAILING_SIM: Final = "sim03"
 """The simulated host that stops reporting on purpose: the demo's example of a failure."""
 FAILING_AFTER: Final = 3
@@ -110,7 +111,7 @@ class _Endpoint:
     """Where the demo's components connect, and with which credentials per role."""
 
     url: str
-    stop: Callable[[], None]
+    server: NatsServer
     tls_ca: str | None = None
     creds: dict[str, str | None] = field(default_factory=dict)
 
@@ -119,12 +120,12 @@ async def _start_server(args: argparse.Namespace, store: Path, sims: list[str]) 
     if not args.secure:
         server = NatsServer(store / "nats", port=0)
         await asyncio.to_thread(server.start)
-        return _Endpoint(url=server.url, stop=server.stop)
+        return _Endpoint(url=server.url, server=server)
     demo = await secure_demo_setup(store, catalog=load_catalog(args.catalog), hosts=[args.host],
                                    simulated_hosts=sims, tls=args.tls)
     roles = {r: demo.creds(r) for r in ("admin", "projector", "simulator", "view")}
     return _Endpoint(
-        url=demo.url, stop=demo.stop, tls_ca=str(demo.tls_ca) if demo.tls_ca else None,
+        url=demo.url, server=demo.server, tls_ca=str(demo.tls_ca) if demo.tls_ca else None,
         creds={**roles, "agent": str(demo.bundle.for_host(args.host)),
                "flexlm": str(demo.bundle.for_reporter("flexlm"))},
     )
@@ -144,6 +145,7 @@ async def run(args: argparse.Namespace) -> int:
         print(f"crr demo: embedded nats-server at {ep.url}{mode}", flush=True)
         print("\n".join(_intro(ep, sims, live=sys.stdout.isatty())), flush=True)
         tasks: list[asyncio.Task[Any]] = []
+        watcher = _ServerWatch(ep.server, stop)
         try:
             async with contextlib.AsyncExitStack() as stack:
 
@@ -179,12 +181,57 @@ async def run(args: argparse.Namespace) -> int:
                 for t in tasks:
                     with contextlib.suppress(asyncio.CancelledError):
                         await asyncio.wait_for(t, 10)
+        except (CrrError, TimeoutError) as exc:
+            # A NATS error after the server died is its consequence: say the cause (the
+            # watch may be a moment behind the error: it is given that moment).
+            if not await watcher.settled(SERVER_EXIT_GRACE):
+                raise
+            raise CrrError(watcher.message()) from exc
         finally:
+            watcher.closing = True
             for t in tasks:
                 t.cancel()
-            await asyncio.to_thread(ep.stop)
+            await asyncio.to_thread(ep.server.stop)
+            await watcher.done()
+    if watcher.died is not None:
+        raise CrrError(watcher.message())
     print("crr demo: stopped; embedded server shut down")
     return 0
+
+
+class _ServerWatch:
+    """Says at once when the embedded server exits on its own (not at the demo's own
+    shutdown), with its exit status or signal, and stops the demo."""
+
+    def __init__(self, server: NatsServer, stop: asyncio.Event) -> None:
+        self.server = server
+        self.stop = stop
+        self.closing = False
+        """Set before the demo stops the server itself."""
+        self.died: str | None = None
+        self._task = asyncio.create_task(self._watch())
+
+    def message(self) -> str:
+        """The one line the demo ends with when its server died."""
+        return (f"the embedded nats-server exited ({self.died}); the demo cannot go on "
+                "without it")
+
+    async def _watch(self) -> None:
+        how = await asyncio.to_thread(self.server.wait_exit)
+        if not self.closing:
+            self.died = how
+            print(f"crr demo: {self.message()}; stopping", file=sys.stderr, flush=True)
+            self.stop.set()
+
+    async def settled(self, timeout: float) -> bool:
+        """Whether the server died on its own, waiting up to `timeout` s for the watch."""
+        if self.died is None:
+            await asyncio.wait({self._task}, timeout=timeout)
+        return self.died is not None
+
+    async def done(self) -> None:
+        """Wait for the watch to end (the server has been stopped by then)."""
+        await self._task
 
 
 def _intro(ep: _Endpoint, sims: list[str], *, live: bool) -> list[str]:

@@ -59,6 +59,8 @@ class Percentiles(msgspec.Struct, frozen=True, kw_only=True):
     p50: float | None = None
     p95: float | None = None
     p99: float | None = None
+    max: float | None = None
+    """The largest sample (the status page's slowest report of that leg, when it has one)."""
 
 
 class ReporterLatency(msgspec.Struct, frozen=True, kw_only=True):
@@ -186,7 +188,8 @@ def _percentiles(samples: list[float]) -> Percentiles:
     if not samples:
         return Percentiles(n=0)
     p50, p95, p99 = percentiles(samples, (50, 95, 99))
-    return Percentiles(n=len(samples), p50=round(p50, 6), p95=round(p95, 6), p99=round(p99, 6))
+    return Percentiles(n=len(samples), p50=round(p50, 6), p95=round(p95, 6), p99=round(p99, 6),
+                       max=round(max(samples), 6))
 
 
 NO_SNAPSHOT_SAMPLE = (

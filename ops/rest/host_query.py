@@ -13,6 +13,7 @@ that changed or expired since are looked at again.
 from __future__ import annotations
 
 import fnmatch
+import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -22,7 +23,7 @@ import msgspec
 import numpy as np
 
 from crr.admin.host_status import HostStatus, host_status
-from crr.admin.reporter_health import FAILING_STATES
+from crr.admin.reporter_health import is_failing
 from crr.projections.freshness import Judgement, ProjectorLiveness, earliest_expiry, host_at
 from crr.projections.host_table import BoolArray, HostTable, IntArray
 from crr.projections.select import Section
@@ -84,8 +85,21 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     `outage_hold` back) and whether the view is holding (the page's banner)."""
 
 
+class Counts(msgspec.Struct, frozen=True, kw_only=True):
+    """`summarize`'s counts, and until when they hold if no record changes."""
+
+    hosts: int
+    host_status: dict[str, int]
+    values: dict[str, int]
+    reporters: dict[str, int]
+    failing_reporters: int
+    until: float
+    """The earliest moment a value counted expires (+inf: none): before it, and while no
+    record changes, the same counts hold at any later `now`."""
+
+
 class _Facts:
-    __slots__ = ("key", "reporters", "status", "until", "values")
+    __slots__ = ("failing", "key", "reporters", "status", "until", "values")
 
     def __init__(self, key: object, snap: HostSnapshot, now: float) -> None:
         self.key = key
@@ -93,6 +107,8 @@ class _Facts:
         self.status: HostStatus = host_status(shown, now)
         self.values = Counter(e.state for e in shown.values.values())
         self.reporters = tuple(st.state for st in snap.reporters.values())
+        self.failing = sum(map(is_failing, snap.reporters.values()))
+        """Its failing reporters, by the rule `crr health` lists them with."""
         self.until = earliest_expiry(shown)
         """Until then these facts hold (`shown` has nothing due before it)."""
 
@@ -196,7 +212,7 @@ def query(table: HostTable, facts: HostFacts, now: float, *,
             if status is not None and f.status != status:
                 continue
             if reporter_state is not None and not (
-                    any(s in FAILING_STATES for s in f.reporters) if reporter_state == "failing"
+                    f.failing > 0 if reporter_state == "failing"
                     else reporter_state in f.reporters):
                 continue
             chosen.append(i)
@@ -218,11 +234,11 @@ def query(table: HostTable, facts: HostFacts, now: float, *,
     return len(idx), rows
 
 
-def summarize(table: HostTable, facts: HostFacts, now: float,
-              ) -> tuple[int, Counter[str], Counter[str], Counter[str]]:
-    """(hosts, hosts per STATUS, values per state, reporters per state) at `now`, the
-    cluster's reporters included."""
-    hosts = 0
+def summarize(table: HostTable, facts: HostFacts, now: float) -> Counts:
+    """Hosts, hosts per STATUS, values per state, reporters per state and failing reporters
+    at `now`, the cluster's reporters included."""
+    hosts = failing = 0
+    until = math.inf
     statuses: Counter[str] = Counter()
     values: Counter[str] = Counter()
     reporters: Counter[str] = Counter()
@@ -234,7 +250,11 @@ def summarize(table: HostTable, facts: HostFacts, now: float,
         statuses[f.status] += 1
         values.update(f.values)
         reporters.update(f.reporters)
+        failing += f.failing
+        until = min(until, f.until)
     cluster = table.cluster()
     if cluster is not None:
         reporters.update(st.state for st in cluster.reporters.values())
-    return hosts, statuses, values, reporters
+        failing += sum(map(is_failing, cluster.reporters.values()))
+    return Counts(hosts=hosts, host_status=dict(statuses), values=dict(values),
+                  reporters=dict(reporters), failing_reporters=failing, until=until)

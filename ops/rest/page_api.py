@@ -6,6 +6,10 @@ OpenAPI).
   `select[]` expression (or whole requirement string), sorted by any
   column, paged by `offset`/`limit` — the server does the work, so the
   page renders only the visible rows at 50k hosts.
+- `GET /v1/page`: one paint of the page — the host table's page (as above), the
+  summary, the failing reporters, the cluster values, what the bridges apply per
+  row and the page's defaults from the catalog — all judged at one `now`
+  (`ops/rest/page_view.py`).
 - `GET /v1/summary`: hosts per STATUS, values per state, reporters per
   state, projector liveness and lag.
 - `GET /v1/hosts/{host}/timeline?window=1h`: each value and reporter state
@@ -35,18 +39,20 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.params import PathParameter, QueryParameter
 
 from crr.admin.liveness import silent_after
-from crr.admin.reporter_health import FAILING_STATES
+from crr.admin.reporter_health import ReporterHealth
 from crr.history.host_timeline import read_timeline, retention
 from crr.history.latency import ReporterLatency, SlowReport, collect, slowest, summarize
-from crr.projections.freshness import ProjectorLiveness, projector_liveness
+from crr.projections.freshness import Judgement, ProjectorLiveness, projector_liveness
 from crr.projections.select import Explanation
 from crr.projections.select.columnar import truth
 from crr.projections.timeline import HostTimeline
-from crr.rest.host_query import MAX_LIMIT, HostFacts, HostPage, Summary, query
+from crr.rest.host_query import MAX_LIMIT, Counts, HostFacts, HostPage, Summary, query
 from crr.rest.host_query import summarize as count_hosts
+from crr.rest.page_view import PageJudge, PageView, cluster_now, failures
 from crr.schemas.duration import parse_duration
 from crr.schemas.errors import CrrError, NotReadyError
 from crr.schemas.snapshot import ReporterState
+from crr.schemas.subjects import snapshot_kind
 from crr.view.scheduler_view import SchedulerView
 
 TRACE_URL_ENV: Final = "CRR_TRACE_URL"
@@ -104,6 +110,17 @@ class PageApi:
         self._latency: dict[tuple[float, int], tuple[float, LatencyView]] = {}
         self._latency_lock = asyncio.Lock()
         self._summary: Summary | None = None
+        self.judge = PageJudge()
+        self._paint: tuple[int, Counts, list[ReporterHealth], int] | None = None
+        self._records = 0
+        """Host, cluster and catalog records applied by the view (not projector statuses,
+        which come every second and change no host): a `/v1/page` summary is reused
+        only while this stays the same."""
+        view.subscribe(self._applied)
+
+    def _applied(self, subject: str) -> None:
+        if snapshot_kind(subject) != "projector":
+            self._records += 1
 
     def _ready(self) -> None:
         if not self.view.ready:
@@ -152,8 +169,15 @@ class PageApi:
     ) -> HostPage:
         """`GET /v1/host-table`."""
         self._ready()
+        # Freshness at the watermark (crr.admin.liveness.judgement), as every reader.
+        return self._host_page(self.view.judged_at, offset=offset, limit=limit, match=match,
+                               status=status, reporter_state=reporter_state, sort=sort,
+                               select=select)
+
+    def _host_page(self, now: float, *, offset: int, limit: int, match: str | None,
+                   status: str | None, reporter_state: str | None, sort: str,
+                   select: str | None) -> HostPage:
         view = self.view
-        now = view.judged_at  # freshness at the watermark (crr.admin.liveness.judgement)
         if reporter_state is not None and reporter_state not in REPORTER_STATES:
             raise CrrError(f"unknown reporter state {reporter_state!r}: expected one of "
                            f"{', '.join(sorted(REPORTER_STATES))}")
@@ -170,26 +194,82 @@ class PageApi:
                         ignored_sections=list(compiled.ignored_sections) if compiled
                         else [], note=compiled.note if compiled else None)
 
+    async def page(  # noqa: PLR0917 - one argument per query parameter
+        self,
+        offset: Annotated[int, QueryParameter(ge=0, description="first row")] = 0,
+        limit: Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT,
+                                             description="rows per page")] = 100,
+        match: Annotated[str | None, QueryParameter(
+            max_length=512, description="as for /v1/host-table")] = None,
+        status: Annotated[HostStatusName | None, QueryParameter(
+            description="as for /v1/host-table")] = None,
+        reporter_state: Annotated[str | None, QueryParameter(
+            description="as for /v1/host-table")] = None,
+        sort: Annotated[str, QueryParameter(description="as for /v1/host-table")] = "host",
+        select: Annotated[str | None, QueryParameter(
+            description="as for /v1/host-table")] = None,
+    ) -> PageView:
+        """`GET /v1/page`: the host table's page, the summary, the failures, the cluster
+        values, the bridges' marks and the page's defaults, all at one `now`."""
+        self._ready()
+        view = self.view
+        judged, summary, failing, failing_total = self._judged()
+        now = judged.judged_at
+        table = self._host_page(now, offset=offset, limit=limit, match=match, status=status,
+                                reporter_state=reporter_state, sort=sort, select=select)
+        return PageView(at=now, summary=summary, table=table, judgement=judged,
+                        marks=self.judge.marks(view.table, table, view.catalog, now),
+                        failures=failing, failures_total=failing_total,
+                        cluster=cluster_now(view.cluster, now),
+                        display=self.judge.display(view.catalog),
+                        projectors=list(view.projectors))
+
+    def _judged(self) -> tuple[Judgement, Summary, list[ReporterHealth], int]:
+        """(the judgement, the summary, the failing rows, how many) for a `/v1/page` answer.
+
+        The counts and the failing rows (each a walk over every host: ~0.5 s at 50k)
+        are reused while the view has applied no host, cluster or catalog record since
+        and no counted value has expired (`Counts.until`): they are then exactly what a
+        walk at `now` would find.  Everything is judged at one `now`: the judgement's
+        `judged_at` (the projector's watermark, at most `outage_hold` back)."""
+        view = self.view
+        judged = view.judgement()
+        now = judged.judged_at
+        cached = self._paint
+        if cached is None or cached[0] != self._records or now >= cached[1].until:
+            self.facts.prune(len(view.table))
+            key = self._records
+            counts = count_hosts(view.table, self.facts, now)
+            failing, total = failures(view.table, self.facts, view.cluster, now)
+            cached = self._paint = (key, counts, failing, total)
+        _, counts, failing, total = cached
+        return judged, self._summary_of(counts, judged), failing, total
+
+    def _summary_of(self, counts: Counts, judged: Judgement) -> Summary:
+        view = self.view
+        now = judged.now
+        return Summary(at=now, hosts=counts.hosts, host_status=counts.host_status,
+                       values=counts.values, reporters=counts.reporters,
+                       failing_reporters=counts.failing_reporters, liveness=self.live(now),
+                       position=view.position, projector_position=view.projector_position,
+                       judgement=judged)
+
     async def summary(self) -> Summary:
         """`GET /v1/summary` (reused for `SUMMARY_TTL` s)."""
         self._ready()
-        view = self.view
-        judged = view.judgement()
-        now = judged.now
+        now = time.time()
         cached = self._summary
         if cached is not None and 0 <= now - cached.at < SUMMARY_TTL:
             return cached
-        self.facts.prune(len(view.table))
-        hosts, statuses, values, reporters = count_hosts(view.table, self.facts,
-                                                         judged.judged_at)
-        self._summary = Summary(at=now, hosts=hosts, host_status=dict(statuses),
-                                values=dict(values), reporters=dict(reporters),
-                                failing_reporters=sum(n for s, n in reporters.items()
-                                                      if s in FAILING_STATES),
-                                liveness=self.live(now), judgement=judged,
-                                position=view.position,
-                                projector_position=view.projector_position)
+        self._summary = self.summary_at(now)
         return self._summary
+
+    def summary_at(self, now: float) -> Summary:
+        """The summary at `now` (uncached), its counts judged at `judged_at`."""
+        self.facts.prune(len(self.view.table))
+        judged = self.view.judgement(now)
+        return self._summary_of(count_hosts(self.view.table, self.facts, judged.judged_at),
+                                judged)
 
     async def timeline(
         self,
@@ -242,6 +322,10 @@ def routes(page: PageApi) -> list[HTTPRouteHandler]:
         get("/v1/host-table", tags=["hosts"],
             summary="The status page's host table: filtered, sorted, one page at a time",
             )(page.host_table),
+        get("/v1/page", tags=["hosts"],
+            summary="One paint of the status page: table, summary, failures, cluster, "
+                    "bridges' marks and defaults, at one moment",
+            )(page.page),
         get("/v1/summary", tags=["health"],
             summary="Counts for the status page: hosts, values, reporters, projector",
             )(page.summary),

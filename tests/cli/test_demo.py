@@ -110,3 +110,47 @@ async def test_secure_demo_says_which_credentials_to_use() -> None:
     assert len(creds) == 1, lines
     assert "view" in creds[0]
     assert any(line.startswith("export NATS_URL=nats://127.0.0.1:") for line in lines)
+
+
+def _children(pid: int, name: str) -> list[int]:
+    """Pids of `pid`'s child processes called `name` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        if ppid == pid and comm == name:
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.slow  # a real demo and a real server: several seconds
+async def test_demo_says_when_its_server_exits_and_why() -> None:
+    """The embedded nats-server is killed: the demo says at once that its server exited,
+    with the signal, and ends with exit 1 on that cause — not `CRR_SNAPSHOT: no answer in
+    time`, not a traceback."""
+    proc = await _demo("--duration", "60", "--refresh", "0.5")
+    assert proc.stdout is not None
+    first = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+    assert first.startswith("crr demo: embedded nats-server at"), first
+    servers = await eventually(lambda: _children(proc.pid, "nats-server"), 10,
+                               "the demo's nats-server")
+    assert len(servers) == 1
+    head = [first]
+    while not any(line.strip().startswith("export NATS_URL=") for line in head):
+        raw = await asyncio.wait_for(proc.stdout.readline(), 30)
+        assert raw, head
+        head.append(raw.decode())
+    os.kill(servers[0], 9)
+    out, err = await asyncio.wait_for(proc.communicate(), 40)
+    text = err.decode()
+    assert proc.returncode == 1, (out.decode(), text)
+    assert "the embedded nats-server exited (killed by signal 9 (SIGKILL))" in text, text
+    assert "no answer in time" not in text
+    assert "Traceback" not in text

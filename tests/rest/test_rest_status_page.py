@@ -194,5 +194,5 @@ async def test_status_page_shows_a_stopped_projector_and_stale_values(
                                        "(crrStatus.cell('node1', 'scratch_free'))")
         assert stale["text"] == "~500"
         banner = await until(cdp, page, "(b => !b.hidden && b.textContent)"
-                                        "(document.querySelector('#holding'))")
+                                        "(document.querySelector('#banner'))")
         assert "past outage_hold (1 s)" in banner

@@ -224,6 +224,31 @@ async def test_latency_chart_renders(nc: Client, tmp_path: Path) -> None:
             assert max(widths) > 1
             slow = await until(cdp, page, "document.querySelectorAll('#slowest tbody tr').length")
             assert slow >= 1
+            # The table and the chart show the same numbers (issue 40): every bar's figure is
+            # in the figures table, and the slowest report is the chart's observed →
+            # snapshot max.
+            bars = await until(cdp, page, """[...document.querySelectorAll(
+                'svg.latency rect[data-q] title')].map(t => t.textContent)""")
+            figures = await until(cdp, page, """Object.fromEntries([...document.querySelectorAll(
+                '#latency-figures tbody tr')].map(tr => [tr.dataset.reporter + ' ' +
+                tr.dataset.leg, [...tr.children].map(td => td.textContent)]))""")
+            legs = {"observed → stored": "observed_to_stored",
+                    "stored → snapshot": "stored_to_snapshot",
+                    "observed → snapshot": "observed_to_snapshot"}
+            for title in bars:
+                head, _, rest = title.partition(": ")
+                label = next(lab for lab in legs if f" {lab} " in head + " ")
+                reporter = head.split(f" {label} ")[0]
+                quantile = head.rsplit(" ", 1)[1]
+                row = figures[f"{reporter} {legs[label]}"]
+                column = {"p50": 3, "p95": 4, "p99": 5}[quantile]
+                assert row[column] == rest.split(" (")[0], (title, row)
+            top = await until(cdp, page, "document.querySelector('#slowest tbody tr')"
+                                         ".children[5].textContent")
+            maxima = [r["observed_to_snapshot"]["max"] for r in data["reporters"]
+                      if r["observed_to_snapshot"]["n"]]
+            assert top.endswith(" ms")
+            assert abs(float(top.removesuffix(" ms")) - max(maxima) * 1000) <= 0.051  # rounding
             await screenshot(cdp, page, "latency")
 
 

@@ -1,10 +1,12 @@
-// crr status page. The server filters, sorts and pages the hosts (/v1/host-table); the page
-// renders only the rows in view and refreshes them when server-sent events say something
-// changed. Views (by the URL's hash): #/ hosts, #/host/<name> one host, #/latency.
+// crr status page. One paint, one fetch: /v1/page answers the host table's page (the server
+// filters, sorts and pages), the summary, the failing reporters, the cluster values, what
+// the bridges apply and the page's defaults, all judged at one server time (`at`); the
+// page never judges freshness or failure itself, nor reads the browser's clock for it.
+// Server-sent events only say that something changed: the page fetches again.
+// Times: relative to the server's `at`, the ISO time (UTC, with its Z) on hover; or ISO.
+// Views (by the URL's hash): #/ hosts, #/host/<name> one host, #/latency.
 "use strict";
 (() => {
-  const FAILING = new Set(["failed", "timeout", "bad_output", "crashed", "quarantined",
-                           "silent", "rejecting"]);
   const ROW = 26;              // px per table row (fixed: the scroller computes offsets)
   const OVERSCAN = 20;         // rows fetched above and below the visible ones
   const MAX_EXPR = 8192;       // the server's limit (projections/select/compiled.py)
@@ -13,7 +15,9 @@
 
   const status = window.crrStatus = {
     loadId: Math.random().toString(36).slice(2), // unchanged unless the page reloads
-    connected: false, loaded: false, updates: 0, liveness: null, judgement: null, view: "hosts",
+    connected: false, loaded: false, updates: 0, liveness: null, view: "hosts", paints: 0,
+    page: null,  // the last /v1/page answer painted
+    judgement: null,  // the server's: judged_at, holding (the banner)
     total: null, refreshes: 0, selectError: null, timeline: null, latency: null, host: null,
     cell(host, resource) {  // what a test (or a curious operator) sees in one cell
       const td = document.querySelector(
@@ -29,19 +33,7 @@
     if (cls) e.className = cls;
     return e;
   };
-  const show = window.crrCharts.short;
-  function valueCell(entry) {
-    if (!entry) return { text: "-", state: "absent" };
-    if (entry.state === "unknown") return { text: "?", state: "unknown" };
-    if (entry.state === "stale") return { text: "~" + show(entry.last_value), state: "stale" };
-    return { text: show(entry.value), state: "fresh" };
-  }
-  function age(iso, now) {
-    if (!iso) return "-";
-    const s = Math.max(0, now - Date.parse(iso) / 1000);
-    return s < 90 ? `${s.toFixed(1)} s` : s < 5400 ? `${(s / 60).toFixed(1)} min`
-      : `${(s / 3600).toFixed(1)} h`;
-  }
+  const { valueCell, iso, when } = window.crrFormat;  // the page's one format (format.js)
   // A cell linking to a host's page (the name percent-encoded), or "(cluster)" for null.
   function hostCell(host, tag = "td") {
     const cell = el(tag);
@@ -54,9 +46,13 @@
     cell.append(a);
     return cell;
   }
-  function log(text) {
+  function log(at, text) {
     const ol = $("#log");
-    ol.prepend(el("li", `${new Date().toLocaleTimeString()} ${text}`));
+    const li = el("li");
+    const t = el("time", iso(at));  // the server's time of the answer that showed it
+    t.dateTime = t.title = iso(at);
+    li.append(t, ` ${text}`);
+    ol.prepend(li);
     while (ol.children.length > 200) ol.lastChild.remove();
   }
   function pageError(text) {
@@ -100,7 +96,7 @@
       (order.indexOf(a) + 1 || 99) - (order.indexOf(b) + 1 || 99) || a.localeCompare(b));
     const span = el("span");
     for (const k of keys) {
-      span.append(el("span", `${obj[k]} ${k}`, `count ${k} ${FAILING.has(k) ? "failing" : ""}`), " ");
+      span.append(el("span", `${obj[k]} ${k}`, `count ${k} ${FAILING_STATES.has(k) ? "failing" : ""}`), " ");
     }
     if (!keys.length) span.append("none");
     return span;
@@ -108,26 +104,46 @@
   // While the projector's watermark lags, values are judged at it (the server's
   // judged_at, never the browser's clock): a banner says so.
   function showJudgement(j) {
-    const banner = $("#holding");
+    const banner = $("#banner");
     if (!j || !j.detail) { banner.hidden = true; return; }
     banner.hidden = false;
-    banner.className = j.expired ? "holding expired" : "holding";
+    banner.className = j.expired ? "banner expired" : "banner";
     banner.textContent = j.holding
       ? `crr is holding values at the projector's watermark — ${j.detail}`
       : `values are expiring again — ${j.detail}`;
   }
-  async function loadSummary() {
-    const s = await getJSON("/v1/summary");
+  function paintSummary(s) {
     status.summary = s;
     showJudgement(s.judgement);
     $("#sum-hosts").textContent = s.hosts;
     $("#sum-status").replaceChildren(counts(s.host_status, ["failing", "stale", "unknown", "ok", "empty"]));
     $("#sum-values").replaceChildren(counts(s.values, ["fresh", "stale", "unknown"]));
     $("#sum-reporters").replaceChildren(counts(s.reporters, ["ok"]));
+    const failing = $("#sum-failing");
+    failing.textContent = `${s.failing_reporters} failing`;
+    failing.className = s.failing_reporters ? "count failing" : "count";
     const live = s.liveness;
     $("#sum-projector").replaceChildren(
       el("span", live.state, `liveness ${live.state}`),
       ` lag ${live.lag ?? "-"}, events seq ${s.projector_position}`);
+    // The header says the same, from the same answer.
+    status.liveness = live;
+    const span = $("#liveness");
+    span.textContent = `projector ${live.detail}`;
+    span.className = `liveness ${live.state}`;
+  }
+  function paintProjectors(all) {
+    const n = all.length ? all[0].partitions ?? null : null;
+    if (!all.length) {
+      $("#projector").textContent = "";
+    } else if (n === null) {
+      $("#projector").textContent = `projector seq ${all[0].last_seq}, lag ${all[0].lag}`;
+    } else {
+      const covered = Math.min(...all.map((q) => q.covered_seq || 0));
+      const lag = all.reduce((sum, q) => sum + q.lag, 0);
+      $("#projector").textContent =
+        `${all.length}/${n} partitions, covered to seq ${covered}, lag ${lag}`;
+    }
   }
 
   // -- the host table (virtual: only rows in view are in the DOM) --------------------
@@ -153,8 +169,36 @@
       };
       tr.append(th);
     }
-    tr.append(el("th", "inventory"), el("th", "reporters"));
+    const bridges = el("th", "bridges apply");
+    bridges.title = display.exports ? "features of the catalog's exports: that hold, and the drain rule that holds"
+      : display.exports_error ? `exports: do not compile: ${display.exports_error}` : "the catalog has no exports:";
+    tr.append(el("th", "inventory"), el("th", "reporters"), bridges);
     $("#hosts thead").replaceChildren(tr);
+  }
+  let marks = {}, display = { example: null, precision: {}, exports: false, failing_states: [] };
+  let painted;  // resolves at the first paint (a host's page needs the catalog's defaults)
+  const firstPaint = new Promise((resolve) => { painted = resolve; });
+  let FAILING_STATES = new Set();  // the server's (a failing row also has `missing`)
+  function reportersCell(mark) {
+    const reps = (mark && mark.reporters) || [];
+    const bad = reps.filter((m) => m.failing);
+    if (bad.length) {
+      return el("td", bad.map((m) => `${m.reporter}: ${m.state}` +
+        (m.missing.length ? ` (missing ${m.missing.join(", ")})` : "")).join("; "), "reporters failing");
+    }
+    const by = {};
+    for (const m of reps) by[m.state] = (by[m.state] || 0) + 1;
+    const text = Object.keys(by).sort().map((k) => `${by[k]} ${k}`).join(", ");
+    return el("td", text || "-", "reporters");
+  }
+  function bridgesCell(mark) {
+    const td = el("td", undefined, "bridges");
+    const b = mark && mark.bridges;
+    if (!b) { td.textContent = "-"; return td; }
+    if (b.drain !== null) td.append(el("span", `drain: ${b.drain}`, "drain failing"), " ");
+    td.append(b.features.length ? b.features.join(", ") : (b.drain === null ? "no feature" : ""));
+    td.title = td.textContent;
+    return td;
   }
   function renderRow(row) {
     const snap = row.snapshot;
@@ -163,7 +207,7 @@
     const th = hostCell(row.host, "th");
     tr.append(th, el("td", row.status, `status ${row.status}`));
     for (const r of table.resources) {
-      const c = valueCell(snap.values[r]);
+      const c = valueCell(snap.values[r], r);
       const td = el("td", c.text, c.state);
       td.dataset.resource = r;
       td.dataset.state = c.state;
@@ -173,10 +217,7 @@
     const inv = Object.entries(snap.inventory || {}).map(
       ([rep, e]) => `${rep}: ${e.devices.length} device(s)${e.state === "stale" ? " ~stale" : ""}`);
     tr.append(el("td", inv.join("; ") || "-"));
-    const reps = Object.entries(snap.reporters || {});
-    const bad = reps.filter(([, s]) => FAILING.has(s.state));
-    tr.append(el("td", bad.length ? bad.map(([n, s]) => `${n}: ${s.state}`).join("; ")
-                                  : `${reps.length} ok`, bad.length ? "failing" : ""));
+    tr.append(reportersCell(marks[row.host]), bridgesCell(marks[row.host]));
     return tr;
   }
   function renderBody() {
@@ -185,7 +226,7 @@
     const first = table.offset, rows = table.order;
     const spacer = (n) => {
       const tr = el("tr", undefined, "spacer"), td = el("td");
-      td.colSpan = table.resources.length + 4;
+      td.colSpan = table.resources.length + 5;
       td.style.height = `${n * ROW}px`;
       tr.append(td);
       return tr;
@@ -195,11 +236,13 @@
                           ...(below ? [spacer(below)] : []));
     $("#count").textContent = `${total} of ${status.hostsTotal ?? "?"} hosts`;
   }
-  function logChanges(old, snap) {
+  // Only what the page would show differently is a change (jitter below a resource's
+  // display precision is not).
+  function logChanges(at, old, snap) {
     for (const r of table.resources) {
-      const a = valueCell(old && old.values[r]), b = valueCell(snap.values[r]);
+      const a = valueCell(old && old.values[r], r), b = valueCell(snap.values[r], r);
       if (a.text !== b.text || a.state !== b.state) {
-        log(`${snap.host} ${r}: ${a.text} → ${b.text} (${b.state})`);
+        log(at, `${snap.host} ${r}: ${a.text} → ${b.text} (${b.state})`);
       }
     }
   }
@@ -216,8 +259,16 @@
         throw Object.assign(new Error(`expression too long: ${q.select.length} characters (at most ${MAX_EXPR})`),
                             { problem: { column: null } });
       }
-      const page = await getJSON("/v1/host-table", { ...q, offset: first,
-                                                     limit: visible + 2 * OVERSCAN });
+      const whole = await getJSON("/v1/page", { ...q, offset: first,
+                                                limit: visible + 2 * OVERSCAN });
+      const page = whole.table;
+      display = whole.display;
+      window.crrFormat.setPrecision(display.precision);
+      FAILING_STATES = new Set(display.failing_states);
+      marks = whole.marks;
+      $("#select").placeholder = display.example
+        ? `${display.example}  — or a whole -R string: select[…] rusage[…]`
+        : "no host-scope resource in the catalog yet";
       status.selectError = null;
       $("#select-error").hidden = true;
       $("#table-scroll").classList.remove("invalid");
@@ -230,7 +281,7 @@
       const fresh = new Map(page.rows.map((r) => [r.host, r]));
       for (const [h, r] of fresh) {
         const old = table.rows.get(h);
-        if (old) logChanges(old.snapshot, r.snapshot);
+        if (old) logChanges(whole.at, old.snapshot, r.snapshot);
       }
       table.rows = fresh;
       table.order = page.rows;
@@ -240,8 +291,18 @@
       status.expression = page.expression;
       renderHead();
       renderBody();
+      paintSummary(whole.summary);
+      paintProjectors(whole.projectors);
+      cluster = whole.cluster;
+      renderCluster();
+      paintFailures(whole);
+      paintConn();
+      status.page = whole;
+      status.at = whole.at;
       status.loaded = true;
       status.refreshes++;
+      status.paints++;
+      painted();
       pageError(null);
     } catch (e) {
       if (e.problem && (e.status === 400 || e.problem.column !== undefined) && q.select) {
@@ -286,7 +347,7 @@
     const tbody = $("#cluster tbody");
     const names = Object.keys((cluster && cluster.values) || {}).sort();
     tbody.replaceChildren(...names.map((r) => {
-      const c = valueCell(cluster.values[r]);
+      const c = valueCell(cluster.values[r], r);
       const td = el("td", c.text, c.state);
       td.dataset.resource = r;
       td.dataset.state = c.state;
@@ -295,21 +356,24 @@
       return tr;
     }));
   }
-  async function loadFailures() {
-    const rows = await getJSON("/v1/reporters", { failing: "true" });
-    const trs = rows.slice(0, 500).map((s) => {
+  function paintFailures(whole) {
+    const trs = whole.failures.map((s) => {
       const tr = el("tr", undefined, "failing");
+      tr.dataset.reporter = s.reporter;
+      tr.dataset.host = s.host ?? "";
       const host = hostCell(s.host);
-      tr.append(el("td", s.reporter), host, el("td", s.state), el("td", s.since || "-"),
-                el("td", s.detail || (s.rejections || []).join("; ") || ""));
+      const why = s.detail || (s.rejections || []).join("; ") ||
+        (s.missing.length ? `missing ${s.missing.join(", ")}` : "");
+      tr.append(el("td", s.reporter), host, el("td", s.state), when(s.since, whole.at),
+                el("td", why));
       return tr;
     });
     $("#failures tbody").replaceChildren(...trs);
-    $("#no-failures").hidden = trs.length > 0;
-  }
-  async function loadCluster() {
-    try { cluster = await getJSON("/v1/cluster"); } catch (e) { if (e.status !== 404) throw e; }
-    renderCluster();
+    const none = $("#no-failures");
+    none.hidden = false;
+    none.textContent = whole.failures_total > trs.length
+      ? `${trs.length} of ${whole.failures_total} shown`
+      : trs.length ? `${trs.length} failing` : "none";
   }
 
   // -- a host's page -------------------------------------------------------------------
@@ -319,7 +383,6 @@
     $("#host-name").textContent = name;
     const err = $("#host-error");
     err.hidden = true;
-    const now = Date.now() / 1000;
     let snap;
     try {
       snap = await getJSON(`/v1/hosts/${encodeURIComponent(name)}`);
@@ -334,16 +397,25 @@
       $("#explain").hidden = true;
       return;
     }
+    // Ages are relative to the server's time of this answer (the timeline's `until`).
+    let data = null;
+    try {
+      data = await getJSON(`/v1/hosts/${encodeURIComponent(name)}/timeline`,
+                           { window: $("#window").value });
+    } catch (e) { data = { error: e }; }
+    const now = data.error ? status.at : data.until;
     const values = Object.keys(snap.values).sort().map((r) => {
-      const e = snap.values[r], c = valueCell(e);
+      const e = snap.values[r], c = valueCell(e, r);
       const tr = el("tr");
       tr.dataset.resource = r;
       tr.append(el("th", r), el("td", c.text, c.state), el("td", e.state, e.state),
-                el("td", age(e.received_at, now)), el("td", e.reporter), el("td", e.expires_at));
+                when(e.received_at, now), el("td", e.reporter), when(e.expires_at, now));
       return tr;
     });
     $("#host-values tbody").replaceChildren(...values);
-    const expr = $("#select").value.trim();
+    // The explain default is the catalog's own example (never another catalog's names).
+    await Promise.race([firstPaint, new Promise((resolve) => setTimeout(resolve, TIMEOUT_MS))]);
+    const expr = $("#select").value.trim() || display.example || "";
     $("#explain").hidden = !expr;
     if (expr) {
       $("#explain-expr").textContent = expr;
@@ -354,16 +426,13 @@
         $("#explain-text").textContent = e.message;
       }
     }
-    await loadTimeline(name, snap, now);
+    paintTimeline(snap, data, now);
   }
-  async function loadTimeline(name, snap, now) {
+  function paintTimeline(snap, data, now) {
     const note = $("#timeline-note");
     note.hidden = true;
-    let data;
-    try {
-      data = await getJSON(`/v1/hosts/${encodeURIComponent(name)}/timeline`,
-                           { window: $("#window").value });
-    } catch (e) {
+    if (data.error) {
+      const e = data.error;
       note.hidden = false;
       note.textContent = `timeline: ${e.message}`;
       note.className = "error";
@@ -374,15 +443,15 @@
     if (data.history_from) {
       note.hidden = false;
       note.className = "note";
-      note.textContent = `history before ${new Date(data.history_from * 1000).toISOString()} has aged out of CRR_EVENTS`;
+      note.textContent = `history before ${iso(data.history_from)} has aged out of CRR_EVENTS`;
     }
     $("#timeline").replaceChildren(window.crrCharts.timeline(data));
     const restarts = Object.fromEntries(data.reporters.map((r) => [r.reporter, r.restarts]));
     const reps = Object.keys(snap.reporters).sort().map((n) => {
       const s = snap.reporters[n];
-      const tr = el("tr", undefined, FAILING.has(s.state) ? "failing" : "");
-      tr.append(el("th", n), el("td", s.state), el("td", s.since || "-"),
-                el("td", s.last_report_at ? age(s.last_report_at, now) + " ago" : "-"),
+      const failing = FAILING_STATES.has(s.state) || (s.missing || []).length > 0;
+      const tr = el("tr", undefined, failing ? "failing" : "");
+      tr.append(el("th", n), el("td", s.state), when(s.since, now), when(s.last_report_at, now),
                 el("td", s.detail || (s.rejections || []).join("; ") || ""),
                 el("td", s.exit_code ?? ""), el("td", String(s.rejected)),
                 el("td", String(restarts[n] ?? 0)));
@@ -390,7 +459,7 @@
     });
     $("#host-reporters tbody").replaceChildren(...reps);
     const items = data.happenings.map((h) => el("li",
-      `${h.time} seq ${h.seq} ${h.reporter || ""} ${h.what}: ${h.detail}`, h.what));
+      `${iso(h.time)} seq ${h.seq} ${h.reporter || ""} ${h.what}: ${h.detail}`, h.what));
     $("#happenings").replaceChildren(...(items.length ? items : [el("li", "none")]));
     status.timeline = data;
   }
@@ -416,7 +485,24 @@
       err.hidden = false;
       err.textContent = `only the first ${data.reporters.reduce((n, r) => n + r.reports, 0)} reports of the window were timed (${data.left_out} more left out): choose a shorter window`;
     }
-    const ms = (v) => `${(v * 1000).toFixed(1)} ms`;
+    const ms = (v) => v === null || v === undefined ? "-" : `${(v * 1000).toFixed(1)} ms`;
+    // The chart's numbers, as a table (the same answer, the same rounding).
+    const LEGS = [["observed_to_stored", "observed → stored"],
+                  ["stored_to_snapshot", "stored → snapshot"],
+                  ["observed_to_snapshot", "observed → snapshot"]];
+    $("#latency-figures tbody").replaceChildren(...data.reporters.flatMap((r) => LEGS.map(([k, label]) => {
+      const p = r[k], tr = el("tr");
+      tr.dataset.reporter = r.reporter;
+      tr.dataset.leg = k;
+      tr.append(el("th", r.reporter), el("td", label), el("td", String(p.n)), el("td", ms(p.p50)),
+                el("td", ms(p.p95)), el("td", ms(p.p99)), el("td", ms(p.max)));
+      return tr;
+    })));
+    const covered = data.reporters.reduce((n, r) => n + r.observed_to_snapshot.n, 0);
+    const all = data.reporters.reduce((n, r) => n + r.reports, 0);
+    $("#slowest-note").textContent = `by observed → snapshot, of the ${covered} of ${all} reports ` +
+      "with a snapshot sample (the chart's observed → snapshot leg: the first row is its max); " +
+      "CRR_SNAPSHOT keeps one record per host, so only a host's newest report has one";
     $("#slowest tbody").replaceChildren(...data.slowest.map((s) => {
       const tr = el("tr");
       const host = hostCell(s.host);
@@ -455,107 +541,55 @@
       loadHost(name);
     } else if (view === "latency") {
       loadLatency();
-    } else {
-      scheduleRefresh(0);
     }
+    scheduleRefresh(0);
   }
   window.addEventListener("hashchange", route);
 
   // -- live updates -------------------------------------------------------------------
-  let summaryTimer = null;
-  function scheduleSummary() {
-    if (summaryTimer) return;
-    summaryTimer = setTimeout(async () => {
-      summaryTimer = null;
-      try { await loadSummary(); await loadFailures(); } catch (e) { pageError(e.message); }
-    }, 1000);
-  }
-  async function catchUp() {
-    try {
-      await Promise.all([loadSummary(), loadCluster(), loadFailures()]);
-      if (status.view === "hosts") await refresh();
-    } catch (e) { pageError(`reload failed: ${e.message}`); }
+  // Whether the event stream is open, painted with each answer (never before the first:
+  // the header shows "loading…" until one paint has the whole picture).
+  let streamOpen = false;
+  function paintConn() {
+    const conn = $("#conn");
+    conn.textContent = streamOpen ? "live" : "reconnecting…";
+    conn.className = streamOpen ? "conn up" : "conn down";
+    $("#liveness").classList.toggle("dated", !streamOpen);
   }
   function connect() {
     const es = new EventSource("/v1/events");
-    const conn = $("#conn");
     es.addEventListener("hello", async () => {
       // (Re)connected: catch up with anything missed while away, then follow live.
-      await catchUp();
+      streamOpen = true;
+      await refresh();
       status.connected = true;
-      conn.textContent = "live";
-      conn.className = "conn up";
     });
-    es.addEventListener("host", (e) => {
-      status.updates++;
-      const snap = JSON.parse(e.data);
-      const shown = table.rows.get(snap.host);
-      if (shown && !snap.removed && status.view === "hosts") {
-        // Shown now: update the row at once; the refresh re-checks filters and order.
-        logChanges(shown.snapshot, snap);
-        shown.snapshot = snap;
-        const tr = document.querySelector(`#hosts tr[data-host="${CSS.escape(snap.host)}"]`);
-        if (tr) tr.replaceWith(renderRow(shown));
-      }
-      if (status.view === "hosts") scheduleRefresh();
-      scheduleSummary();
-    });
-    es.addEventListener("cluster", (e) => {
-      status.updates++;
-      cluster = JSON.parse(e.data);
-      renderCluster();
-      scheduleSummary();
-    });
-    es.addEventListener("catalog", () => {
-      status.updates++;
-      scheduleRefresh(0);
-      scheduleSummary();
-    });
-    const projectors = {};  // partition (or "-") -> its status, of the newest layout
-    es.addEventListener("projector", (e) => {
-      const p = JSON.parse(e.data);
-      const n = p.partitions ?? null;
-      for (const k of Object.keys(projectors)) {
-        if ((projectors[k].partitions ?? null) !== n) delete projectors[k];
-      }
-      projectors[p.partition ?? "-"] = p;
-      if (n === null) {
-        $("#projector").textContent = `projector seq ${p.last_seq}, lag ${p.lag}`;
-        return;
-      }
-      const all = Object.values(projectors);
-      const covered = Math.min(...all.map((q) => q.covered_seq || 0));
-      const lag = all.reduce((sum, q) => sum + q.lag, 0);
-      $("#projector").textContent =
-        `${all.length}/${n} partitions, covered to seq ${covered}, lag ${lag}`;
-    });
-    // The projector's liveness, as the server derives it: shown as is; while it is not
-    // live nobody rewrites expired values, so the table is re-read (served as at now).
+    // Every event only says something changed: one fetch repaints everything together.
+    for (const kind of ["host", "cluster", "catalog"]) {
+      es.addEventListener(kind, () => {
+        status.updates++;
+        scheduleRefresh(kind === "catalog" ? 0 : undefined);
+      });
+    }
+    // The projector's liveness changes, as the server derives it: repaint (while it is not
+    // live nobody rewrites expired values, so the table is re-read, served as at now).
     es.addEventListener("liveness", (e) => {
       const live = JSON.parse(e.data);
-      status.liveness = live;
-      const span = $("#liveness");
-      span.textContent = `projector ${live.detail}`;
-      span.className = `liveness ${live.state}`;
-      if (live.state !== "live" && status.loaded) {
-        scheduleRefresh();
-        scheduleSummary();
-      }
+      const shown = status.liveness;
+      if (!shown || shown.state !== live.state || live.state !== "live") scheduleRefresh();
     });
     es.addEventListener("judgement", (e) => {
       const j = JSON.parse(e.data);
       const was = status.judgement;
       status.judgement = j;
       showJudgement(j);
-      if (status.loaded && was && (was.holding !== j.holding || was.expired !== j.expired)) {
-        scheduleRefresh();
-        scheduleSummary();
-      }
+      if (was && (was.holding !== j.holding || was.expired !== j.expired)) scheduleRefresh();
     });
+    es.addEventListener("projector", () => scheduleRefresh());
     es.onerror = () => {
       status.connected = false;
-      conn.textContent = "reconnecting…";
-      conn.className = "conn down";
+      streamOpen = false;
+      if (status.loaded) paintConn();
     };
   }
   route();

@@ -35,9 +35,9 @@ window.crrCharts = (() => {
     for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) {
       const px = x(t);
       g.append(svg("line", { x1: px, x2: px, y1: 0, y2: y + height, stroke: "#eee" }));
-      const d = new Date(t * 1000);
+      const d = new Date(t * 1000);  // the page's one format: ISO, UTC (Z)
       g.append(svg("text", { x: px, y: y + height + 12, "text-anchor": "middle",
-                             class: "tick" }, d.toTimeString().slice(0, 5)));
+                             class: "tick" }, d.toISOString().slice(11, 16) + "Z"));
     }
   }
 
@@ -142,8 +142,15 @@ window.crrCharts = (() => {
             rect.append(svg("title", {}, `${r.reporter} ${label} ${q}: ${(p[q] * 1000).toFixed(1)} ms (n=${p.n})`));
             g.append(rect);
           }
+          if (p.max !== null && p.max !== undefined) {  // the slowest sample: a tick
+            const mx = Math.min(x(p.max * 1000), W - 150);
+            g.append(svg("line", { x1: mx, x2: mx, y1: y + 2, y2: y + ROW - 2, stroke: "#b00020",
+                                   "stroke-width": 2, "data-q": "max" },
+                         undefined));
+          }
           g.append(svg("text", { x: x(p.p99 * 1000) + 4, y: y + 14, class: "tick" },
-                       `${(p.p50 * 1000).toFixed(1)} / ${(p.p95 * 1000).toFixed(1)} / ${(p.p99 * 1000).toFixed(1)}`));
+                       `${(p.p50 * 1000).toFixed(1)} / ${(p.p95 * 1000).toFixed(1)} / ${(p.p99 * 1000).toFixed(1)}` +
+                       (p.max !== null && p.max !== undefined ? ` (max ${(p.max * 1000).toFixed(1)})` : "")));
         } else {
           g.append(svg("text", { x: LABEL, y: y + 14, class: "tick" }, "no samples"));
         }
