@@ -68,6 +68,8 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     """`GET /v1/summary`: the counts at the top of the status page."""
 
     at: float
+    """When the counts were judged: `judged_at` (the projector's watermark, at most
+    `outage_hold` back; the clock while it is live)."""
     hosts: int
     host_status: dict[str, int]
     """Hosts per STATUS (ok, failing, stale, unknown, empty)."""

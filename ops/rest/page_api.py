@@ -247,8 +247,8 @@ class PageApi:
 
     def _summary_of(self, counts: Counts, judged: Judgement) -> Summary:
         view = self.view
-        now = judged.now
-        return Summary(at=now, hosts=counts.hosts, host_status=counts.host_status,
+        now = judged.now  # (liveness at the clock; the counts, `at`, at judged_at)
+        return Summary(at=judged.judged_at, hosts=counts.hosts, host_status=counts.host_status,
                        values=counts.values, reporters=counts.reporters,
                        failing_reporters=counts.failing_reporters, liveness=self.live(now),
                        position=view.position, projector_position=view.projector_position,
