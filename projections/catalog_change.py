@@ -90,7 +90,8 @@ def _recatalog(
         # the newer batch below cannot bring the overwritten value back.
         seen: set[str] = set()
         for batch in reversed(rs.batches):
-            values = batch.materialise()
+            values = batch.values
+            batch.keyset = values.keys()  # (edited below: not the plan's set of names)
             shadowed = seen.intersection(values)
             seen.update(values)
             for name in shadowed:

@@ -72,7 +72,6 @@ def record_of(snap: CheckpointRecord) -> Record:
         if batch is None:
             values: dict[str, Any] = {}
             batch = by_key[key] = Batch(values, v.observed_at, v.received_ts, values.keys())
-        assert batch.values is not None
         if v.state == "stale":
             batch.values[name] = v.last_value
             if batch.stale is None:
@@ -197,10 +196,10 @@ def earliest_due(state: ProjectionState, data: bytes) -> tuple[str | None, int, 
     """(host, `as_of.seq`, a time no later than the first deadline still pending in the
     record).
 
-    Exact for values, inventories and silence; for declared resources never
-    reported it takes the reporter's first sight + the shortest lifetime, which
-    is early, never late.  Reads only the times (a cheap decode); msgspec errors
-    if `data` is not a record, CheckpointError if it lacks the times.
+    Exact for values, inventories, silence and the declared resources never
+    reported (the reporter's first sight + the shortest lifetime of those).
+    Reads only the times (a cheap decode); msgspec errors if `data` is not a
+    record, CheckpointError if it lacks the times.
     """
     rec = _decode_due(data)
     if rec.as_of.ts is None:
@@ -211,12 +210,15 @@ def earliest_due(state: ProjectionState, data: bytes) -> tuple[str | None, int, 
     if None in fresh:
         raise CheckpointError("a value has no expires_ts (an older writer)")
     due = min((t for t in fresh if t is not None), default=math.inf)
-    held: dict[str, int] = {}
+    # The names each reporter holds a value of, fresh or stale.  A stale value is also in
+    # its reporter's `missing`, so these are sets, not counts: counting it twice hid a
+    # declared resource never reported, and the record was placed after it went overdue.
+    held: dict[str, set[str]] = {}
     if len(rec.reporters) == 1:
-        held[next(iter(rec.reporters))] = len(values)
+        held[next(iter(rec.reporters))] = set(rec.values)
     else:
-        for v in values:
-            held[v.reporter] = held.get(v.reporter, 0) + 1
+        for n, v in rec.values.items():
+            held.setdefault(v.reporter, set()).add(n)
     for inv in rec.inventory.values():
         if inv.state != "stale" and inv.expires_ts is not None:
             due = min(due, inv.expires_ts)
@@ -228,8 +230,12 @@ def earliest_due(state: ProjectionState, data: bytes) -> tuple[str | None, int, 
             start = r.last_report_ts if r.last_report_ts is not None else r.first_seen_ts
             due = min(due, start + state.plan.reporter_lifetime(name))
         declared = state.plan.declared(name, scope)
-        if declared and held.get(name, 0) + len(r.missing) < len(declared):
-            due = min(due, r.first_seen_ts + min(lifetimes[n] for n in declared))
+        if declared:
+            known = held.get(name, set())
+            known.update(r.missing)
+            never = [lifetimes[n] for n in declared if n not in known]
+            if never:  # declared, never reported, not overdue yet: it comes due then
+                due = min(due, r.first_seen_ts + min(never))
     return rec.host, rec.as_of.seq, due
 
 

@@ -1,9 +1,11 @@
 """The fold's deadline heap: when each value, inventory and reporter of a record comes due.
 
-`expire` (`crr.projections.expiry`) pops the entries that came due; the entries are
-pushed as events arrive (`push`, `new_reporter` for a reporter's declared
-resources never reported), and rebuilt from the records when a catalog change
-moves deadlines or a restore puts a record in place (`record_deadlines`).
+`expire` (`crr.projections.expiry`) pops the entries that came due.  Every entry goes
+on the heap through `push`: as events arrive (`crr.projections.reports.store`,
+`new_reporter` for a reporter's declared resources never reported), when expiry
+finds an entry whose batch was refreshed since, and from the records when a
+catalog change moves deadlines (`rebuild_heap`) or a restore puts a record in
+place (`push_record`).
 """
 
 from __future__ import annotations
@@ -58,19 +60,15 @@ def push(state: ProjectionState, deadline: float, host: str | None, reporter: st
 
 def rebuild_heap(state: ProjectionState) -> None:
     """Recreate the deadline heap from the records (after a catalog change moved deadlines)."""
-    entries: list[Deadline] = []
+    state.heap = []
     records: list[tuple[str | None, Record]] = [(h, r) for h, r in sorted(state.hosts.items())]
     records.append((None, state.cluster))
     for host, rec in records:
-        entries.extend(record_deadlines(state, host, rec))
-    heapq.heapify(entries)
-    state.heap = entries
+        push_record(state, host, rec)
 
 
-def record_deadlines(state: ProjectionState, host: str | None, rec: Record) -> list[Deadline]:
-    """Heap entries for everything of one record still to come due (each batch's `due`
-    set to match: the caller pushes them all)."""
-    entries: list[Deadline] = []
+def push_record(state: ProjectionState, host: str | None, rec: Record) -> None:
+    """Push everything of one record still to come due (each batch's `due` set to match)."""
     plan = state.plan
     lifetimes = plan.lifetimes
     scope = "cluster" if host is None else "host"
@@ -90,8 +88,7 @@ def record_deadlines(state: ProjectionState, host: str | None, rec: Record) -> l
                 due = {batch.received_at + lifetimes[n] for n in batch.keyset
                        if n not in stale}
             for d in sorted(due):
-                state.counter += 1
-                entries.append(Deadline(d, state.counter, host, reporter, batch))
+                push(state, d, host, reporter, batch)
         inv = rec.inventory.get(reporter)
         other: set[float] = set()
         if inv is not None and not inv.stale:
@@ -101,7 +98,5 @@ def record_deadlines(state: ProjectionState, host: str | None, rec: Record) -> l
         if rs is not None:
             other.update(overdue_deadlines(state, rs, reporter, host))
         for d in sorted(other):
-            state.counter += 1
-            entries.append(Deadline(d, state.counter, host, reporter, None))
-    return entries
+            push(state, d, host, reporter, None)
 

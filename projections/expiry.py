@@ -12,7 +12,8 @@ from __future__ import annotations
 import heapq
 
 from crr.projections.changes import Acc
-from crr.projections.state import Batch, Deadline, ProjectionState, ReporterRecord
+from crr.projections.deadlines import push
+from crr.projections.state import Batch, ProjectionState, ReporterRecord
 
 
 def expire_due(state: ProjectionState, now: float, acc: Acc) -> None:
@@ -25,9 +26,7 @@ def expire_due(state: ProjectionState, now: float, acc: Acc) -> None:
             if batch.dead:
                 continue
             if batch.due > now:  # refreshed in place since the entry was pushed
-                state.counter += 1
-                heapq.heappush(heap, Deadline(batch.due, state.counter, entry.host,
-                                              entry.reporter, batch))
+                push(state, batch.due, entry.host, entry.reporter, batch)
                 continue
             batch.due = 0.0  # settled: no entry of it is left
         _settle(state, entry.host, entry.reporter, acc, batch=batch, now=now)
@@ -45,9 +44,8 @@ def push_refreshed(state: ProjectionState) -> None:
         if batch.dead:
             heapq.heappop(heap)
         elif batch.due > top.due:
-            state.counter += 1
-            heapq.heapreplace(heap, Deadline(batch.due, state.counter, top.host, top.reporter,
-                                             batch))
+            heapq.heappop(heap)
+            push(state, batch.due, top.host, top.reporter, batch)
         else:
             return
 

@@ -7,12 +7,14 @@ Where a report becomes a snapshot value — the path of one stored message:
    subject (cached per subject).
 2. A report from a reporter the catalog knows is decoded by that reporter's
    typed decoder (`crr.projections.plan.ReporterPlan.decoder`); if every value
-   it sets is one it owns, valid, the decode *was* the validation and the
-   report is stored as decoded (`crr.projections.reports.fast_report`, the hot path).
+   it sets is one it owns, valid, the decode *was* the validation
+   (`crr.projections.reports.apply_typed`, the fast validation; the hot path)
+   and the report goes to the one store (`crr.projections.reports.store`).
 3. Anything else is decoded once, generically (`_apply`), and dispatched on
    its type with `match` (`crr.projections.event_dispatch`): a report is checked
    value by value (`crr.projections.reports.apply_report`; rejected values are
-   counted on the reporter with their reasons, the rest is stored), an
+   counted on the reporter with their reasons, the rest goes to the same
+   store), an
    inventory or a health event updates its reporter; a catalog
    (`crr.projections.catalog_change`) or a forget instruction
    (`crr.projections.forgetting`) is applied here too.  What cannot be applied at
@@ -44,20 +46,26 @@ from typing import Final
 
 from crr.projections.catalog_change import apply_catalog
 from crr.projections.changes import Acc, Changes
-from crr.projections.deadlines import record_deadlines
+from crr.projections.deadlines import push_record
 from crr.projections.envelope import Envelope
 from crr.projections.event_address import address
 from crr.projections.event_dispatch import apply_event
 from crr.projections.expiry import expire_due, push_refreshed
 from crr.projections.forgetting import apply_forget
 from crr.projections.plan import compile_plan
-from crr.projections.reports import fast_report, impostor
+from crr.projections.reports import apply_typed, impostor
 from crr.projections.state import Held, ProjectionState, Record, compact_heap
 from crr.schemas.catalog import Catalog
 from crr.schemas.codec import decode_event
 from crr.schemas.errors import PayloadError
 from crr.schemas.events import Health, Inventory, Report
-from crr.schemas.subjects import ADMIN_HOST_PREFIX, CATALOG, DEADLETTER, EventAddress
+from crr.schemas.subjects import (
+    ADMIN_BRIDGE_PREFIX,
+    ADMIN_HOST_PREFIX,
+    CATALOG,
+    DEADLETTER,
+    EventAddress,
+)
 
 __all__ = ["Changes", "advance", "apply", "expire", "fold", "install", "next_deadline",
            "set_catalog"]
@@ -94,17 +102,14 @@ def apply(state: ProjectionState, env: Envelope) -> Changes:
             expire_due(state, t, acc)
     state.seq = env.seq
     addr = address(env.subject)
-    # The common case, kept cheap: a report setting all its reporter's resources validly.
-    if type(addr) is EventAddress and addr.kind == "report":
-        done = fast_report(state, env, addr)
-        if done is True:
-            host = addr.host
-            if acc is None:
-                return _CLUSTER_CHANGED if host is None else _host_changed(host)
-            acc.touch(host)
-            return acc.result()
-        if done is not False:  # decoded, but not from whom its subject says
-            return (acc or Acc(env.seq, t)).result(done)
+    # The common case, kept cheap: a report whose values its reporter owns, all valid.
+    if (type(addr) is EventAddress and addr.kind == "report" and state.typed_validation
+            and apply_typed(state, env, addr)):
+        host = addr.host
+        if acc is None:
+            return _CLUSTER_CHANGED if host is None else _host_changed(host)
+        acc.touch(host)
+        return acc.result()
     if acc is None:
         acc = Acc(env.seq, t)
     reason = _apply(state, env, acc)
@@ -141,8 +146,8 @@ def fold(
 
 
 def _apply(state: ProjectionState, env: Envelope, acc: Acc) -> str | None:
-    """Every event but an all-valid full report: decoded here once, then dispatched on
-    what it is; returns a dead-letter reason or None."""
+    """Every event but a report the fast validation passed: decoded here once, then
+    dispatched on what it is; returns a dead-letter reason or None."""
     subject = env.subject
     if subject == CATALOG:
         return apply_catalog(state, env, acc)
@@ -150,6 +155,8 @@ def _apply(state: ProjectionState, env: Envelope, acc: Acc) -> str | None:
         return None  # the projector's own output, captured by CRR_EVENTS: nothing to fold
     if subject.startswith(ADMIN_HOST_PREFIX):
         return apply_forget(state, env, acc)
+    if subject.startswith(ADMIN_BRIDGE_PREFIX):
+        return None  # a bridge's instruction (`crr bridge release`): for the bridge and the record
     addr = address(subject)
     if isinstance(addr, str):
         return addr
@@ -188,8 +195,7 @@ def install(state: ProjectionState, host: str | None, rec: Record) -> None:
         state.cluster = rec
     else:
         state.hosts[host] = rec
-    for entry in record_deadlines(state, host, rec):
-        heapq.heappush(state.heap, entry)
+    push_record(state, host, rec)
 
 
 def advance(state: ProjectionState, env: Envelope) -> Changes:

@@ -32,9 +32,10 @@ from crr.projections.state import ProjectionState
 from crr.schemas.catalog import Catalog
 from crr.schemas.codec import encode
 from crr.schemas.errors import SubjectError
-from crr.schemas.events import FAILING_HEALTH_STATES
+from crr.schemas.events import FAILING_HEALTH_STATES, BridgeRelease
 from crr.schemas.snapshot import ClusterSnapshot, HostSnapshot, ValueEntry
 from crr.schemas.subjects import (
+    ADMIN_BRIDGE_PREFIX,
     SNAPSHOT_CATALOG,
     SNAPSHOT_CLUSTER,
     EventAddress,
@@ -96,7 +97,7 @@ class Happening(msgspec.Struct, frozen=True, kw_only=True):
 
     seq: int
     time: str
-    what: Literal["rejected", "failed", "deadletter"]
+    what: Literal["rejected", "failed", "deadletter", "released"]
     host: str | None
     reporter: str | None
     detail: str
@@ -229,6 +230,9 @@ class Replay:
                                              host=None, reporter=None,
                                              detail=f"{env.subject}: {ch.deadletter}"))
             return
+        if env.subject.startswith(ADMIN_BRIDGE_PREFIX):
+            self._released(env, at)
+            return
         try:
             addr: EventAddress = parse_event_subject(env.subject)
         except SubjectError:
@@ -249,6 +253,21 @@ class Replay:
             detail = f"{rs.rejected} rejected: " + "; ".join(rs.rejections)
             self.happenings.append(Happening(seq=env.seq, time=at, what="rejected",
                                              host=host, reporter=reporter, detail=detail))
+
+
+    def _released(self, env: Envelope, at: str) -> None:
+        """`crr bridge release`: who released which bridge, how, and why."""
+        try:
+            rel = _RELEASE.decode(env.data)
+        except msgspec.DecodeError:
+            return
+        how = f"for {rel.for_seconds:g}s" if rel.for_seconds > 0 else "the held changes, once"
+        detail = f"by {rel.by or '?'}: {how}" + (f" ({rel.reason})" if rel.reason else "")
+        self.happenings.append(Happening(seq=env.seq, time=at, what="released", host=None,
+                                         reporter=f"bridge-{rel.door}", detail=detail))
+
+
+_RELEASE = msgspec.json.Decoder(BridgeRelease)
 
 
 # -- the difference between two captures ----------------------------------------------

@@ -39,10 +39,8 @@ class ReporterPlan(msgspec.Struct, frozen=True, kw_only=True):
     decoder: msgspec.json.Decoder[Any]
     """Decodes a Report only if every value it sets is one of `rules`, valid (the rest
     left `msgspec.UNSET`): a full report sets them all, a partial one some."""
-    set_fields: tuple[str, ...]
-    """Attributes of `decoder`'s values struct that are string sets (sorted after decoding)."""
     set_names: tuple[str, ...]
-    """The string sets among `names` (sorted after a `partial` decode)."""
+    """The string sets among `names` (sorted after the typed decode)."""
     uniform_life: float | None
     """The lifetime every resource of `rules` shares, when they share one."""
     silent_life: float
@@ -100,8 +98,6 @@ def compile_plan(catalog: Catalog) -> CatalogPlan:
             rules=table, names=names, keyset=frozenset(names),
             decoder=_report_decoder(key[0], names, table),
             set_names=tuple(n for n in names if table[n].kind == "string_set"),
-            set_fields=tuple(f"f{i}" for i, n in enumerate(names)
-                             if table[n].kind == "string_set"),
             uniform_life=lives.pop() if len(lives) == 1 else None,
             silent_life=reporter_life[key[0]],
         )
@@ -117,8 +113,9 @@ def _report_decoder(reporter: str, names: tuple[str, ...],
     others `msgspec.UNSET`).
 
     The values struct's fields are `f0`, `f1`, ... (renamed to the resource
-    names on the wire) in the order of `names`; the struct of a full report (nothing
-    `UNSET`) is stored as decoded (`crr.projections.state.Batch.full`).
+    names on the wire) in the order of `names` (sorted); `crr.projections.reports.apply_typed`
+    makes the dict of the values a report sets of it (`msgspec.to_builtins` leaves out
+    what is `UNSET`), in name order.
     """
     fields: list[tuple[str, Any, Any]] = [
         (f"f{i}", value_type(rules[n]) | msgspec.UnsetType, msgspec.UNSET)
@@ -132,6 +129,6 @@ def _report_decoder(reporter: str, names: tuple[str, ...],
         f"Report_{reporter}",
         [("reporter", str), ("boot", str), ("seq", int), ("observed_at", str),
          ("values", values), ("host", str | None, None)],
-        kw_only=True, frozen=True,
+        kw_only=True, frozen=True, gc=False,  # (no cycle: strings, numbers, `values`)
     )
     return msgspec.json.Decoder(report)

@@ -1,30 +1,33 @@
-"""Applying a report: the typed fast path, and value by value (docs/contract.md,
-"`resources.yaml`").
+"""Applying a report: a fast validation in front of one store (docs/contract.md, "Payloads").
 
-A report from a reporter the catalog knows is first decoded by that
-reporter's typed decoder (`crr.projections.plan.ReporterPlan.decoder`); if every
-value it sets is one the reporter owns, valid, the decode *was* the
-validation: a report that sets them all is stored as decoded, one that sets
-some as the dict of those (`fast_report`, the hot path).  Otherwise the
-report, decoded generically, is checked value by value (`apply_report`:
-rejected values are counted on the reporter with their reasons, the rest is
-stored).  Either way the accepted values land as a `Batch` (`_store`) and
-their deadlines go on the heap.
+A report is validated one of two ways, then stored by the one `store`:
+
+- **the fast validation** (`apply_typed`): a report from a reporter the catalog
+  knows is decoded by that reporter's typed decoder
+  (`crr.projections.plan.ReporterPlan.decoder`); if every value it sets is one
+  the reporter owns, valid, the decode *was* the validation;
+- **the value-by-value check** (`apply_report`) for everything else, or for every
+  report when `ProjectionState.typed_validation` is off: the report, decoded
+  generically, is checked value by value; rejected values are counted on the
+  reporter with their reasons.
+
+Either way `store` records the accepted values: as one `Batch` (its values a
+dict in name order), the reporter's status, the deadlines (every deadline
+through `crr.projections.deadlines.push`).
 """
 
 from __future__ import annotations
 
-import heapq
+from collections.abc import Set as AbstractSet
 from typing import Any, Final
 
 import msgspec
-from msgspec.structs import astuple
 
 from crr.projections.changes import Acc
-from crr.projections.deadlines import new_reporter
+from crr.projections.deadlines import new_reporter, push
 from crr.projections.envelope import Envelope
 from crr.projections.plan import ReporterPlan
-from crr.projections.state import MAX_REJECTIONS, Batch, Deadline, ProjectionState, Record
+from crr.projections.state import MAX_REJECTIONS, Batch, ProjectionState
 from crr.projections.validation import Rejected, short, validate_value
 from crr.schemas.catalog import Catalog
 from crr.schemas.events import Report
@@ -60,107 +63,94 @@ def _all_wrong_scope(catalog: Catalog, values: dict[str, Any], scope: str) -> bo
 _NO_REASONS: Final[list[str]] = []  # shared, never mutated (records replace, not append)
 
 
-def fast_report(state: ProjectionState, env: Envelope, addr: EventAddress) -> bool | str:
-    """Apply a report whose every value is one its reporter owns, valid, validated by the
-    one typed decode of its reporter's plan; no per-value work.
+def apply_typed(state: ProjectionState, env: Envelope, addr: EventAddress) -> bool:
+    """The fast validation, then `store`: whether the report was stored.
 
-    True: applied.  False: no plan, or the typed decode failed (a value unknown or
-    invalid): the state is untouched and the general path decodes the report once
-    more, generically, to sort out value by value what is wrong.  A string: the
-    dead-letter reason of a report from someone its subject does not name.
+    A report is stored here when the one typed decode of its reporter's plan validates
+    every value it sets (no per-value work).  False: no plan (before the first
+    catalog), the typed decode failed (a value unknown or invalid), or the payload
+    names someone its subject does not: the state is untouched, and the value-by-value
+    check decodes the report once more, generically, to sort out what is wrong (or
+    dead-letter it).
     """
     _, reporter, host = addr
-    plan = state.plan.reporters.get((reporter, "cluster" if host is None else "host"))
-    if plan is None:  # none before the first catalog
+    rp = state.plan.reporters.get((reporter, "cluster" if host is None else "host"))
+    if rp is None:
         return False
     try:
-        # One decode for full and partial reports alike: a full one leaves nothing
-        # `UNSET` (the typed decoder that requires every value would fail on a partial
-        # report only after parsing it, and raising costs more than the decode).
-        report = plan.decoder.decode(env.data)
+        # One decode for full and partial reports alike: a full one leaves nothing `UNSET`.
+        report = rp.decoder.decode(env.data)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return False
     if report.reporter != reporter or report.host != host:
-        return impostor(report.reporter, report.host, addr)
-    vals = report.values
-    decoded = astuple(vals)
-    if msgspec.UNSET in decoded:
-        return _partial_report(state, env, host, reporter, plan,
-                               observed_at=report.observed_at, values=vals)
-    for attr in plan.set_fields:
-        v = getattr(vals, attr)
+        return False
+    # The values it sets, in name order: the typed struct's fields are the names, sorted,
+    # renamed, and `to_builtins` leaves out what is UNSET (its value types,
+    # int/float/bool/str/list[str]/None, come back as they are).
+    values: dict[str, Any] = msgspec.to_builtins(report.values)
+    for name in rp.set_names:
+        v = values.get(name)
         if v is not None:
-            setattr(vals, attr, sorted(set(v)))
+            values[name] = sorted(set(v))
+    # A report of every resource its reporter owns shares the plan's set of names.
+    names = rp.keyset if len(values) == len(rp.names) else values.keys()
     t = env.received_at
-    rec = state.hosts.get(host) if host is not None else state.cluster
-    rs = rec.reporters.get(reporter) if rec is not None else None
-    uniform = plan.uniform_life
-    if (rec is None or rs is None or uniform is None or rs.state != "ok" or rs.silent
-            or rs.rejected or not rs.batches):
-        _store(state, state.record(host), reporter, host,
-               Batch(None, report.observed_at, t, plan.keyset, vals, plan.names),
-               at=(env.seq, t), rejected=0, reasons=_NO_REASONS)
-        return True
-    # Steady state: the reporter re-set everything it owns, and all is well.
-    batches = rs.batches
-    if len(batches) > 1:  # (partial reports since its last full one: all overwritten now)
-        for b in batches[1:]:
-            b.kill()
-        del batches[1:]
-    deadline = t + uniform
-    old = batches[0]
-    if _refreshable(old, deadline):
-        old.values, old.full, old.keyset, old.order = None, vals, plan.keyset, plan.names
-        old.observed_at, old.received_at, old.due = report.observed_at, t, deadline
-    else:
-        old.kill()
-        batch = batches[0] = Batch(None, report.observed_at, t, plan.keyset, vals, plan.names,
-                                   due=deadline)
-        state.counter += 1
-        heapq.heappush(state.heap, Deadline(deadline, state.counter, host, reporter, batch))
-    silent_at = t + plan.silent_life
-    if silent_at != deadline:
-        state.counter += 1
-        heapq.heappush(state.heap, Deadline(silent_at, state.counter, host, reporter, None))
-    rs.last_report_at = t
-    if rs.overdue:
-        rs.overdue = None  # it just set every resource it owns
-    rec.as_seq = env.seq
-    rec.as_time = t
+    store(state, host, reporter, values, names, report.observed_at, t, (env.seq, t), 0,
+          _NO_REASONS, rp)
     return True
 
 
-def _refreshable(batch: Batch, due: float) -> bool:
-    """Whether a report that re-sets exactly `batch`'s values, due at `due`, may refresh it
-    in place: its one heap entry is still pending (`Batch.due`: none of it settled), and
-    comes due no later than `due` (it is pushed again then; receive times that went
-    backwards get an entry of their own)."""
-    return 0.0 < batch.due <= due
-
-
-def _shadows(names: Any, batches: list[Batch]) -> bool:
-    """Whether `names` re-sets every value of a batch before the last one."""
-    for i in range(len(batches) - 1):  # noqa: SIM110 - no generator: once per partial report
-        if batches[i].keyset <= names:
-            return True
-    return False
-
-
-def _store(
-    state: ProjectionState, rec: Record, reporter: str, host: str | None, batch: Batch, *,
-    at: tuple[int, float], rejected: int, reasons: list[str],
+def store(  # noqa: PLR0917 - positional: the hot path calls it once per report
+    state: ProjectionState, host: str | None, reporter: str, values: dict[str, Any],
+    names: AbstractSet[str], observed_at: str, t: float, at: tuple[int, float],
+    rejected: int = 0, reasons: list[str] = _NO_REASONS, rp: ReporterPlan | None = None,
 ) -> None:
-    """Record an applied report: its accepted values (`batch`), the reporter's status, deadlines."""
-    received_at = batch.received_at
+    """The one store: record a report's accepted `values` (in name order; `names`: a set
+    of the same names), observed at `observed_at`, received at `t`: the reporter's
+    batches, its status, the deadlines.  `rejected` values were refused (`reasons`: the
+    first few).  The record is stamped `at` (sequence, time).  `rp`: the reporter's plan
+    for this scope, when the caller has it."""
+    rec = state.hosts.get(host) if host is not None else state.cluster
+    if rec is None:
+        rec = state.record(host)
     rs = rec.reporters.get(reporter)
+    if rp is None:
+        rp = state.plan.reporters.get((reporter, "cluster" if host is None else "host"))
+    uniform = rp.uniform_life if rp is not None else None
+    if (rs is not None and uniform is not None and names and not rejected and rs.state == "ok"
+            and not rs.silent and not rs.rejected and rs.since is not None and rs.batches):
+        # The steady state (most reports): an ok reporter whose values share one lifetime,
+        # a report without rejections.  One deadline for the batch; its status stays.
+        batches = rs.batches
+        deadline = t + uniform
+        last = batches[-1]
+        old = last if (len(batches) == 1 and (last.keyset is names or last.keyset == names)
+                       and 0.0 < last.due <= deadline and state.refresh_in_place
+                       ) else _refreshable(state, batches, names, deadline)
+        if old is not None:
+            old.values, old.keyset = values, names
+            old.observed_at, old.received_at, old.due = observed_at, t, deadline
+        else:
+            if len(batches) > 1 or batches[0].keyset <= names:
+                _drop_shadowed(batches, names)
+            batch = Batch(values, observed_at, t, names, due=deadline)
+            batches.append(batch)
+            push(state, deadline, host, reporter, batch)
+        silent_at = t + rp.silent_life  # type: ignore[union-attr]  # (uniform: rp is set)
+        if silent_at != deadline:
+            push(state, silent_at, host, reporter, None)
+        rs.last_report_at = t
+        rs.rejections = reasons
+        if rs.overdue:
+            rs.overdue.difference_update(names)
+        rec.as_seq, rec.as_time = at
+        return
     if rs is None:
-        rs = rec.reporters[reporter] = new_reporter(state, reporter, host, received_at,
-                                                    batch.keyset)
+        rs = rec.reporters[reporter] = new_reporter(state, reporter, host, t, names)
     plan = state.plan
-    silent_at = received_at + plan.reporter_lifetime(reporter)
-    heap = state.heap
-    names = batch.keyset
+    silent_at = t + plan.reporter_lifetime(reporter)
     if names:
+        batch = Batch(values, observed_at, t, names)
         batches = rs.batches
         if not batches:
             batches.append(batch)
@@ -170,28 +160,21 @@ def _store(
         else:
             _drop_shadowed(batches, names)
             batches.append(batch)
-        rp = plan.reporters.get((reporter, "cluster" if host is None else "host"))
-        uniform = rp.uniform_life if rp is not None else None
         deadlines: tuple[float, ...]
         if uniform is not None:
-            batch.due = received_at + uniform
+            batch.due = t + uniform
             deadlines = (batch.due,)
         else:
             lifetimes = plan.lifetimes
-            deadlines = tuple(sorted({received_at + lifetimes[n] for n in names}))
-        counter = state.counter
+            deadlines = tuple(sorted({t + lifetimes[n] for n in names}))
         for d in deadlines:
-            counter += 1
-            heapq.heappush(heap, Deadline(d, counter, host, reporter, batch))
+            push(state, d, host, reporter, batch)
         if silent_at not in deadlines:
             # Silence is not tied to the batch (whose entries stop once its values are gone).
-            counter += 1
-            heapq.heappush(heap, Deadline(silent_at, counter, host, reporter, None))
-        state.counter = counter
+            push(state, silent_at, host, reporter, None)
     else:
-        state.counter += 1
-        heapq.heappush(heap, Deadline(silent_at, state.counter, host, reporter, None))
-    rs.last_report_at = received_at
+        push(state, silent_at, host, reporter, None)
+    rs.last_report_at = t
     rs.rejected = rejected
     rs.rejections = reasons
     if rejected:
@@ -200,8 +183,45 @@ def _store(
         rs.overdue.difference_update(names)
     if rs.silent or rs.since is None or rejected or rs.state != "ok":
         rs.silent = False
-        rs.restate(received_at)
+        rs.restate(t)
     rec.as_seq, rec.as_time = at
+
+
+def _refreshable(state: ProjectionState, batches: list[Batch], names: Any,
+                 due: float) -> Batch | None:
+    """The batch a report re-setting exactly its values (`names`), due at `due`, may refresh
+    in place, if any (no new heap entry; see `crr.projections.state.Batch.due`): the
+    newest batch when it holds just those names and no older one is shadowed, or the
+    oldest when it does and every newer one is shadowed (those are dropped here).
+
+    A batch qualifies only while its one heap entry is pending (`due` > 0: none of it
+    settled) and comes due no later than `due` (it is pushed again then; receive times
+    that went backwards get an entry of their own).  Never with
+    `ProjectionState.refresh_in_place` off.
+    """
+    if not state.refresh_in_place:
+        return None
+    last = batches[-1]
+    if last.keyset == names:
+        if 0.0 < last.due <= due and (len(batches) == 1 or not _shadows(names, batches)):
+            return last
+        return None
+    first = batches[0]
+    if first.keyset == names and 0.0 < first.due <= due and all(
+            b.keyset <= names for b in batches[1:]):
+        for b in batches[1:]:
+            b.kill()
+        del batches[1:]
+        return first
+    return None
+
+
+def _shadows(names: Any, batches: list[Batch]) -> bool:
+    """Whether `names` re-sets every value of a batch before the last one."""
+    for i in range(len(batches) - 1):  # noqa: SIM110 - no generator: once per partial report
+        if batches[i].keyset <= names:
+            return True
+    return False
 
 
 def _drop_shadowed(batches: list[Batch], names: Any) -> None:
@@ -225,69 +245,12 @@ def _drop_shadowed(batches: list[Batch], names: Any) -> None:
     batches[:] = keep
 
 
-def _partial_report(state: ProjectionState, env: Envelope, host: str | None, reporter: str,
-                    plan: ReporterPlan, *, observed_at: str, values: Any) -> bool:
-    """`fast_report` for a report that sets some of its reporter's resources, each validly
-    (`values`: its typed decode, `UNSET` where it sets none): what `apply_report` does
-    with such a report, without its per-value checks."""
-    # The values it sets, by resource name, in the order of `plan.names`: the typed
-    # struct's fields are renamed to the names and `to_builtins` leaves out what is
-    # UNSET (its value types, int/float/bool/str/list[str]/None, come back as they are).
-    accepted: dict[str, Any] = msgspec.to_builtins(values)
-    for name in plan.set_names:
-        v = accepted.get(name)
-        if v is not None:
-            accepted[name] = sorted(set(v))
-    t = env.received_at
-    rec = state.hosts.get(host) if host is not None else state.cluster
-    if rec is None:
-        rec = state.record(host)
-    rs = rec.reporters.get(reporter)
-    uniform = plan.uniform_life
-    if (rs is not None and uniform is not None and rs.state == "ok" and not rs.silent
-            and not rs.rejected and rs.since is not None and rs.batches):
-        # Steady state: the reporter re-set exactly what its last report set.
-        batches = rs.batches
-        last = batches[-1]
-        deadline = t + uniform
-        names = accepted.keys()
-        in_place = (_refreshable(last, deadline) and last.keyset == names
-                    and (len(batches) == 1 or not _shadows(names, batches)))
-        if in_place:
-            last.values, last.full, last.keyset = accepted, None, names
-            last.observed_at, last.received_at, last.due = observed_at, t, deadline
-        elif names:
-            # Other values than its last report set (a partial report after a full one):
-            # what `_store` does in this state, without its general case.
-            batch = Batch(accepted, observed_at, t, names, due=deadline)
-            if len(batches) > 1 or batches[0].keyset <= names:
-                _drop_shadowed(batches, names)
-            batches.append(batch)
-            state.counter += 1
-            heapq.heappush(state.heap, Deadline(deadline, state.counter, host, reporter, batch))
-        if in_place or names:  # (a report of no values: `_store` pushes its silence alone)
-            silent_at = t + plan.silent_life
-            if silent_at != deadline:
-                state.counter += 1
-                heapq.heappush(state.heap, Deadline(silent_at, state.counter, host, reporter,
-                                                    None))
-            rs.last_report_at = t
-            rs.rejections = _NO_REASONS
-            if rs.overdue:
-                rs.overdue.difference_update(names)
-            rec.as_seq, rec.as_time = env.seq, t
-            return True
-    _store(state, rec, reporter, host, Batch(accepted, observed_at, t, accepted.keys()),
-           at=(env.seq, t), rejected=0, reasons=_NO_REASONS)
-    return True
-
-
 def apply_report(
     state: ProjectionState, report: Report, host: str | None, received_at: float, acc: Acc,
     *, strict_scope: bool,
 ) -> str | None:
-    """Apply a Report value by value (docs/contract.md, "`resources.yaml`"); returns a dead-letter
-    reason or None."""
+    """The value-by-value check of a Report (docs/contract.md, "`resources.yaml`"), then
+    `store`; returns a dead-letter reason or None."""
     reporter = report.reporter  # == the subject's (checked)
     catalog = state.catalog
     assert catalog is not None
@@ -316,8 +279,10 @@ def apply_report(
                 reasons.append(checked.reason)
             continue
         accepted[name] = checked
-    batch = Batch(accepted, report.observed_at, received_at, accepted.keys())
-    _store(state, state.record(host), reporter, host, batch, at=(acc.at_seq, acc.at_time),
-           rejected=rejected, reasons=reasons)
+    if list(accepted) != sorted(accepted):  # a batch's values are in name order
+        accepted = dict(sorted(accepted.items()))
+    store(state, host, reporter, accepted, accepted.keys(), observed_at=report.observed_at,
+          t=received_at, at=(acc.at_seq, acc.at_time), rejected=rejected,
+          reasons=reasons or _NO_REASONS)
     acc.touch(host)
     return None

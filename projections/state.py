@@ -12,8 +12,8 @@ and dict order never leaks (the codec encodes with sorted keys).
 Layout, chosen for the hot path (one report of ~20 values, validated by a
 typed msgspec decoder) and for memory (50k hosts x 20 values):
 
-- a `Batch` is the dict of values one report set, with its times; no
-  per-value objects.  A reporter's batches on a host are kept oldest first;
+- a `Batch` is the dict of values one report set (in name order), with its
+  times; no per-value objects.  A reporter's batches on a host are kept oldest first;
   a value's current entry is the newest batch holding its name, and a batch
   whose names a later report all re-set is dropped (`dead`).  `expires_at`
   is derived (`received_at` + the catalog's lifetime), so a catalog change
@@ -42,7 +42,7 @@ from crr.schemas.events import Device, Health, Inventory, Pool, Report
 
 LIFECYCLE_STATES = frozenset({
     "failed", "timeout", "bad_output", "crashed", "quarantined", "restarting",
-    "not_applicable", "stopped",
+    "not_applicable", "stopped", "held", "holding",
 })
 """Health states that win over the projector's own findings (`silent`, `rejecting`)."""
 
@@ -54,22 +54,16 @@ HEAP_FLOOR = 4096
 
 
 class Batch(msgspec.Struct, gc=False):
-    """The values one report set on a host, with that report's times (never in a cycle).
+    """The values one report set on a host, with that report's times (never in a cycle)."""
 
-    Either `values` (a dict) or, for a report that set every resource its
-    reporter owns, `full` (the typed struct as decoded, its fields in the
-    order of `order`): no per-value work on the hot path.  `items()` gives
-    the dict either way.
-    """
-
-    values: dict[str, Any] | None
-    """Canonical values accepted from the report (None: unknown), unless `full` is set."""
+    values: dict[str, Any]
+    """Canonical values accepted from the report (None: unknown), in name order (the
+    order the encoder sorts keys in: `crr.projections.record.body` joins them as they come)."""
     observed_at: str
     received_at: float
     keyset: AbstractSet[str]
-    """The names this batch holds."""
-    full: Any = None
-    order: tuple[str, ...] = ()
+    """The names this batch holds: `values.keys()`, or for a report of every resource its
+    reporter owns the plan's set of them (`crr.projections.plan.ReporterPlan.keyset`)."""
     stale: dict[str, float] | None = None
     """Names of this batch that went stale, with their `stale_since`."""
     dead: bool = False
@@ -80,12 +74,6 @@ class Batch(msgspec.Struct, gc=False):
     batch in place (`crr.projections.reports`) and moves `due` later without a new entry:
     the entry, popped before `due`, is pushed again at `due` (`crr.projections.expiry`)."""
 
-    def items(self) -> dict[str, Any]:
-        """name -> canonical value."""
-        if self.values is not None:
-            return self.values
-        return dict(zip(self.order, msgspec.structs.astuple(self.full), strict=True))
-
     def kill(self) -> None:
         """Mark it overwritten and let go of its values.
 
@@ -95,18 +83,14 @@ class Batch(msgspec.Struct, gc=False):
         report rate x lifetime (at 20k reports/s x 15 s, ~250k dead batches).
         """
         self.dead = True
-        self.values = None
-        self.full = None
+        self.values = _NO_VALUES
         self.stale = None
-        self.keyset = frozenset()
+        self.keyset = _NO_NAMES
 
-    def materialise(self) -> dict[str, Any]:
-        """Turn a `full` batch into a dict batch (before it is edited); the dict."""
-        if self.values is None:
-            self.values = self.items()
-            self.full = None
-            self.keyset = self.values.keys()
-        return self.values
+
+_NO_VALUES: dict[str, Any] = {}
+"""A dead batch's values (shared: a dead batch is never edited)."""
+_NO_NAMES: AbstractSet[str] = frozenset()
 
 
 class InventorySlot(msgspec.Struct):
@@ -196,9 +180,19 @@ class ProjectionState:
     """The mutable state of one fold.  Create empty; feed it with `crr.projections.fold.apply`."""
 
     __slots__ = ("catalog_seq", "cluster", "counter", "heap", "heap_limit", "hosts", "pending",
-                 "plan", "seq")
+                 "plan", "refresh_in_place", "seq", "typed_validation")
 
-    def __init__(self) -> None:
+    def __init__(self, *, typed_validation: bool = True, refresh_in_place: bool = True) -> None:
+        self.typed_validation: bool = typed_validation
+        """A public switch: True (the default) puts the fast validation (one typed decode,
+        `crr.projections.reports.apply_typed`) in front of the one store; False sends
+        every report through the value-by-value check.  Both store the same: tests hold
+        them equal (tests/projections/test_fold_properties.py)."""
+        self.refresh_in_place: bool = refresh_in_place
+        """A public switch: True (the default) lets a report that re-sets what its
+        reporter's last report set refresh that batch in place, without a new heap
+        entry; False gives every report a batch and an entry of its own.  Both give the
+        same records and deadlines: tests hold them equal."""
         self.plan: CatalogPlan = EMPTY_PLAN
         """The catalog in force, compiled (`crr.projections.plan`); replaced whole on a change."""
         self.catalog_seq: int = 0

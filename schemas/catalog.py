@@ -115,11 +115,73 @@ class ReporterSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         return self.type != "external" and any(fnmatch.fnmatchcase(host, p) for p in self.hosts)
 
 
+DEFAULT_DRAIN_FOR = 0.0
+"""`for:` of a drain rule left without it: drain at once.  Prometheus' `for:` defaults to
+0 too; a broken file system should leave service now, and flapping is damped on the
+way back (`resume_after`), where a too-early resume costs failed jobs."""
+DEFAULT_RESUME_AFTER = 300.0
+"""`resume_after:` of a drain rule left without it: 5 minutes false before crr resumes
+the node — NVIDIA NVSentinel's breaker window, and half its 600 s flap window: a value
+oscillating every interval gives at most one drain/resume pair per 5 minutes."""
+DEFAULT_SETTLE = 0.0
+"""`exports.settle` when not set: features follow their expression at once, as before
+the field existed (a feature change moves no running job; `guard.max_changed` caps a
+mass change)."""
+DEFAULT_MAX_DRAINED = "10%"
+"""`guard.max_drained` when not set: Google Distributed Cloud repairs at most
+max(3, 10%) of a pool per hour; Kubernetes' node controller stops evicting past 55% of a
+zone, EKS auto-repair past 20% of a node group.  10% (at least 1) is the most
+conservative of the three shapes that still drains a real failure at once."""
+DEFAULT_MAX_CHANGED = "20%"
+"""`guard.max_changed` when not set: EKS turns node auto-repair off past 20% of a group."""
+DEFAULT_GUARD_WINDOW = 300.0
+"""`guard.window` when not set: 5 minutes, NVSentinel's circuit-breaker window."""
+
+Limit = int | str
+"""A guard limit: a count of nodes, or a percentage string like `"10%"` of the nodes the
+bridge manages (rounded down, at least 1)."""
+
+
+def limit_of(limit: Limit, nodes: int) -> int:
+    """The node count `limit` allows out of `nodes` (a checked catalog's limit)."""
+    if isinstance(limit, str):
+        pct = float(limit.strip().removesuffix("%"))
+        return max(1, int(nodes * pct / 100.0))
+    return limit
+
+
 class DrainRule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Take a node out of service while `when` (a `select[]` expression) is TRUE."""
+    """Take a node out of service while `when` (a `select[]` expression) is TRUE.
+
+    `for` (seconds): the rule must hold that long, continuously, before the node is
+    drained; `resume_after`: it must stay false that long before crr resumes the node.
+    Both UNSET unless written (old readers refuse unknown fields), then the defaults."""
 
     when: str
     reason: str
+    for_: float | msgspec.UnsetType = msgspec.field(default=msgspec.UNSET, name="for")
+    resume_after: float | msgspec.UnsetType = msgspec.UNSET
+
+    @property
+    def hold_for(self) -> float:
+        """Seconds the rule must hold before the node is drained."""
+        return DEFAULT_DRAIN_FOR if isinstance(self.for_, msgspec.UnsetType) else self.for_
+
+    @property
+    def resume_delay(self) -> float:
+        """Seconds the rule must stay false before the node is resumed."""
+        return (DEFAULT_RESUME_AFTER if isinstance(self.resume_after, msgspec.UnsetType)
+                else self.resume_after)
+
+
+class GuardSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`exports.guard`: how much a cluster-wide bridge may change (docs/bridges.md)."""
+
+    max_drained: Limit = DEFAULT_MAX_DRAINED
+    """Nodes drained by crr at any moment."""
+    max_changed: Limit = DEFAULT_MAX_CHANGED
+    """Nodes whose crr features change within `window`."""
+    window: float = DEFAULT_GUARD_WINDOW
 
 
 class Exports(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -134,6 +196,26 @@ class Exports(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     features: dict[str, str] = msgspec.field(default_factory=dict)
     drain: list[DrainRule] = msgspec.field(default_factory=list)
     values: list[str] = msgspec.field(default_factory=list)
+    guard: GuardSpec | msgspec.UnsetType = msgspec.UNSET
+    """Limits of a cluster-wide bridge (UNSET: the defaults, `GuardSpec()`)."""
+    settle: float | msgspec.UnsetType = msgspec.UNSET
+    """Seconds a feature's new state must hold before it is applied (UNSET: 0)."""
+    feature_settle: dict[str, float] | msgspec.UnsetType = msgspec.UNSET
+    """Per-feature `settle` (resources.yaml's object form `{when, settle}`), overriding
+    `settle`.  Its own field so that `features` keeps its type on the wire."""
+
+    def guard_or_default(self) -> GuardSpec:
+        """The declared guard, or the defaults."""
+        return self.guard if isinstance(self.guard, GuardSpec) else DEFAULT_GUARD
+
+    def settle_of(self, feature: str) -> float:
+        """Seconds a change of `feature` must hold before it is applied."""
+        if isinstance(self.feature_settle, dict) and feature in self.feature_settle:
+            return self.feature_settle[feature]
+        return DEFAULT_SETTLE if isinstance(self.settle, msgspec.UnsetType) else self.settle
+
+
+DEFAULT_GUARD = GuardSpec()
 
 
 class Catalog(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -16,7 +16,14 @@ from typing import Any
 import msgspec
 import yaml
 
-from crr.schemas.catalog import Catalog, DrainRule, Exports, ReporterSpec, ResourceSpec
+from crr.schemas.catalog import (
+    Catalog,
+    DrainRule,
+    Exports,
+    GuardSpec,
+    ReporterSpec,
+    ResourceSpec,
+)
 from crr.schemas.duration import parse_duration
 from crr.schemas.errors import CatalogError, DurationError
 from crr.schemas.exposition_catalog import exposition_problems
@@ -200,19 +207,26 @@ def _convert_exports(raw: Any, resources: dict[str, ResourceSpec],
                         f"got {type(raw).__name__}")
         return None
     for key in raw:
-        if key not in {"features", "drain", "values"}:
-            problems.append(f"exports.{key}: unknown field (expected drain, features, values)")
+        if key not in _EXPORTS_KEYS:
+            problems.append(f"exports.{key}: unknown field (expected "
+                            f"{', '.join(sorted(_EXPORTS_KEYS))})")
     features: dict[str, str] = {}
+    feature_settle: dict[str, float] = {}
     raw_features = raw.get("features") or {}
     if not isinstance(raw_features, dict):
         problems.append("exports.features: expected a mapping of feature name → expression")
         raw_features = {}
-    for name, expr in raw_features.items():
+    for name, given in raw_features.items():
+        expr = given
         where = f"exports.features.{name}"
         if not isinstance(name, str):
             problems.append(f"{where}: a feature name must be a string")
             continue
         problems.extend(f"{where}: {p}" for p in feature_name_problems(name))
+        if isinstance(expr, dict):
+            expr = _feature_object(expr, where, feature_settle, name, problems)
+            if expr is None:
+                continue
         if not isinstance(expr, str) or not expr.strip():
             problems.append(f"{where}: expected a select[] expression (a non-empty string)")
             continue
@@ -223,7 +237,7 @@ def _convert_exports(raw: Any, resources: dict[str, ResourceSpec],
         problems.append("exports.drain: expected a list of {when, reason}")
         raw_drain = []
     for i, rule in enumerate(raw_drain):
-        spec = _convert_entry(DrainRule, rule, f"exports.drain[{i}]", problems)
+        spec = _drain_rule(rule, f"exports.drain[{i}]", problems)
         if spec is None:
             continue
         if not spec.reason.strip():
@@ -247,9 +261,123 @@ def _convert_exports(raw: Any, resources: dict[str, ResourceSpec],
             problems.append(f"exports.values[{i}]: {name!r} is listed twice")
             continue
         values.append(name)
+    wire_settle = raw.get("feature_settle") or {}
+    if not isinstance(wire_settle, dict):
+        problems.append("exports.feature_settle: expected a mapping of feature → duration")
+        wire_settle = {}
+    for name, value in wire_settle.items():
+        # The wire form of the object form `{when, settle}` (an encoded catalog).
+        where = f"exports.feature_settle.{name}"
+        if name not in features:
+            problems.append(f"{where}: no feature named {name!r} in exports.features")
+            continue
+        got = _duration(value, where, problems)
+        if not isinstance(got, msgspec.UnsetType):
+            feature_settle.setdefault(name, got)
+    guard: GuardSpec | msgspec.UnsetType = msgspec.UNSET
+    if raw.get("guard") is not None:
+        guard = _guard(raw["guard"], problems) or msgspec.UNSET
+    settle: float | msgspec.UnsetType = msgspec.UNSET
+    if raw.get("settle") is not None:
+        settle = _duration(raw["settle"], "exports.settle", problems)
     # What passed is kept even when something failed: its expressions are still
     # compiled (`ExportsCheck`), so every error comes at once.
-    return Exports(features=dict(sorted(features.items())), drain=drain, values=values)
+    return Exports(features=dict(sorted(features.items())), drain=drain, values=values,
+                   guard=guard, settle=settle,
+                   feature_settle=dict(sorted(feature_settle.items())) or msgspec.UNSET)
+
+
+_EXPORTS_KEYS = frozenset({"features", "drain", "values", "guard", "settle", "feature_settle"})
+
+
+def _duration(raw: Any, where: str, problems: list[str]) -> float | msgspec.UnsetType:
+    """A duration field (`0s` allowed: at once); UNSET after recording a problem."""
+    try:
+        return parse_duration(raw)
+    except DurationError as exc:
+        problems.append(f"{where}: {exc.message}")
+        return msgspec.UNSET
+
+
+def _feature_object(raw: dict[Any, Any], where: str, settle: dict[str, float], name: str,
+                    problems: list[str]) -> str | None:
+    """A feature's object form `{when: EXPR, settle: DURATION}`: its expression (None after
+    recording a problem); its settle goes into `settle`."""
+    for key in raw:
+        if key not in ("when", "settle"):
+            problems.append(f"{where}.{key}: unknown field (expected settle, when)")
+    when = raw.get("when")
+    if not isinstance(when, str) or not when.strip():
+        problems.append(f"{where}.when: expected a select[] expression (a non-empty string)")
+        return None
+    if raw.get("settle") is not None:
+        got = _duration(raw["settle"], f"{where}.settle", problems)
+        if not isinstance(got, msgspec.UnsetType):
+            settle[name] = got
+    return when
+
+
+def _drain_rule(raw: Any, where: str, problems: list[str]) -> DrainRule | None:
+    """One drain rule `{when, reason, for, resume_after}` (durations as written)."""
+    if not isinstance(raw, dict):
+        problems.append(f"{where}: expected a mapping, got {type(raw).__name__}")
+        return None
+    times: dict[str, float] = {}
+    rest: dict[Any, Any] = {}
+    for key, value in raw.items():
+        if key in ("for", "resume_after"):
+            got = _duration(value, f"{where}.{key}", problems)
+            if isinstance(got, msgspec.UnsetType):
+                return None
+            times["for_" if key == "for" else key] = got
+        else:
+            rest[key] = value
+    spec = _convert_entry(DrainRule, rest, where, problems)
+    return None if spec is None else msgspec.structs.replace(spec, **times)
+
+
+def _limit(raw: Any, where: str, problems: list[str]) -> int | str | None:
+    """A guard limit: a count ≥ 0 or a percentage string `"N%"` (0 < N ≤ 100)."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        if raw >= 0:
+            return raw
+    elif isinstance(raw, str) and raw.strip().endswith("%"):
+        try:
+            pct = float(raw.strip()[:-1])
+        except ValueError:
+            pct = -1.0
+        if 0 < pct <= 100:
+            return raw.strip()
+    problems.append(f"{where}: expected a node count (0 or more) or a percentage like "
+                    f"'10%' (over 0, at most 100%), got {raw!r}")
+    return None
+
+
+def _guard(raw: Any, problems: list[str]) -> GuardSpec | None:
+    """`exports.guard: {max_drained, max_changed, window}` (each optional)."""
+    if not isinstance(raw, dict):
+        problems.append(f"exports.guard: expected a mapping with max_drained, max_changed, "
+                        f"window, got {type(raw).__name__}")
+        return None
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        where = f"exports.guard.{key}"
+        got: Any
+        if key in ("max_drained", "max_changed"):
+            got = _limit(value, where, problems)
+        elif key == "window":
+            got = _duration(value, where, problems)
+            if got == 0:
+                problems.append(f"{where}: must be longer than 0s")
+                got = None
+        else:
+            problems.append(f"{where}: unknown field (expected max_changed, max_drained, "
+                            "window)")
+            continue
+        if got is None or isinstance(got, msgspec.UnsetType):
+            return None
+        out[key] = got
+    return GuardSpec(**out)
 
 
 def catalog_from_mapping(doc: Any, *, source: str | None = None,

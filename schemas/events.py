@@ -20,13 +20,18 @@ from crr.schemas.errors import PayloadError
 
 HealthState = Literal[
     "ok", "failed", "timeout", "bad_output", "crashed", "restarting", "quarantined",
-    "not_applicable", "stopped",
+    "not_applicable", "stopped", "held", "holding",
 ]
 HEALTH_STATES: tuple[str, ...] = (
     "ok", "failed", "timeout", "bad_output", "crashed", "restarting", "quarantined",
-    "not_applicable", "stopped",
+    "not_applicable", "stopped", "held", "holding",
 )
-FAILING_HEALTH_STATES = frozenset({"failed", "timeout", "bad_output", "crashed", "quarantined"})
+"""`held` and `holding` are a bridge's (docs/contract.md, bridge health): `held`, its guard
+holds changes that exceed a limit; `holding`, crr's own input is behind and the bridge
+holds the last state.  Added later: a projector from before them dead-letters such a
+Health, so upgrade projectors before bridges."""
+FAILING_HEALTH_STATES = frozenset({"failed", "timeout", "bad_output", "crashed", "quarantined",
+                                   "held"})
 
 # A reported value as decoded from JSON: number, bool, string, list of strings or null.
 Value = Any
@@ -139,6 +144,22 @@ class Forget(msgspec.Struct, frozen=True, kw_only=True):
     never declared).  Added after the whole-host Forget; left out of the encoded event
     when not set, so a whole-host Forget keeps its bytes.  A projector from before the
     field ignores it and forgets the whole host: upgrade projectors before using it."""
+
+
+class BridgeRelease(msgspec.Struct, frozen=True, kw_only=True):
+    """`crr.v1.admin.bridge.<door>.release` (`crr bridge release DOOR [--for D]`): an admin
+    lets a held bridge apply what its guard holds.
+
+    `for_seconds` 0: the changes held by the current trip, once; more: the guard is off
+    for that long.  The bridge reads it live; the projector folds it as a no-op (it is in
+    `CRR_EVENTS` for the record: `crr events export`, `crr replay`)."""
+
+    door: str
+    requested_at: str
+    by: str | None = None
+    """Who released (free text: user@machine)."""
+    for_seconds: float = 0.0
+    reason: str | None = None
 
 
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):

@@ -16,7 +16,7 @@ from crr.schemas.events import Device, Pool
 ValueState = Literal["fresh", "stale", "unknown"]
 ReporterState = Literal[
     "ok", "failed", "timeout", "bad_output", "crashed", "restarting", "quarantined",
-    "not_applicable", "stopped", "silent", "rejecting",
+    "not_applicable", "stopped", "silent", "rejecting", "held", "holding",
 ]
 
 

@@ -31,6 +31,10 @@ SNAPSHOT_PROJECTOR = f"{PREFIX}.snapshot.projector"
 SNAPSHOT_HOST_PREFIX = f"{PREFIX}.snapshot.host."
 ADMIN_HOST_PREFIX = f"{PREFIX}.admin.host."
 """`crr.v1.admin.host.<host>.<verb>`: an operator's instruction about a host (`forget`)."""
+ADMIN_BRIDGE_PREFIX = f"{PREFIX}.admin.bridge."
+"""`crr.v1.admin.bridge.<door>.<verb>`: an operator's instruction to a bridge (`release`)."""
+ADMIN_BRIDGE_ALL = f"{ADMIN_BRIDGE_PREFIX}>"
+"""Filter: every bridge instruction (a host's timeline shows the releases in its window)."""
 ADMIN_ALL = f"{PREFIX}.admin.>"
 REPORT_PREFIX = f"{PREFIX}.report."
 """Every Report subject starts with this (host or cluster scope)."""
@@ -129,6 +133,18 @@ def parse_forget_subject(subject: str) -> str | None:
     if len(parts) in (2, 3) and parts[1] == "forget" and (len(parts) == 2 or parts[2].isdigit()):
         return untoken(parts[0])
     return None
+
+
+def release_subject(door: str) -> str:
+    """`crr.v1.admin.bridge.<door>.release`: where `crr bridge release DOOR` publishes a
+    BridgeRelease.  Five tokens and no host: a partitioned stream stores it as published,
+    and no partition folds it (the bridge of `door` reads it)."""
+    return f"{ADMIN_BRIDGE_PREFIX}{token(door)}.release"
+
+
+def release_msg_id(door: str, nonce: str) -> str:
+    """`Nats-Msg-Id` of a BridgeRelease (`release/<door token>/<nonce>`)."""
+    return f"release/{token(door)}/{nonce}"
 
 
 def host_snapshot_subject(host: str) -> str:

@@ -25,7 +25,7 @@ dead letters (every event it sent recently was refused, so it has no status)."""
 
 FAILING_STATES: Final = frozenset({
     "failed", "timeout", "bad_output", "crashed", "quarantined", "silent", "rejecting",
-    "deadlettered",
+    "deadlettered", "held",
 })
 
 

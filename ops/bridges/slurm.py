@@ -39,7 +39,7 @@ import os
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -439,16 +439,20 @@ class SlurmDoor:
         self.status.failed_calls += failed
         return Reconciled(list(updates), calls, failed, tuple(errors), failed_nodes)
 
-    async def reconcile(self, wants: Mapping[str, NodeWant], *,
-                        dry_run: bool = False) -> Reconciled:
-        """Observe, plan and (unless `dry_run`) apply: one bridge cycle.  Raises
-        `SchedulerCommandError` only when the nodes cannot be read."""
+    async def reconcile(self, wants: Mapping[str, NodeWant], *, dry_run: bool = False,
+                        decide: Callable[[Mapping[str, SlurmNode]], Mapping[str, NodeWant]]
+                        | None = None) -> Reconciled:
+        """Observe, plan and (unless `dry_run`) apply: one bridge cycle.  `decide`: what to
+        show, given the nodes just read (the bridge's settle and guard); else `wants`.
+        Raises `SchedulerCommandError` only when the nodes cannot be read."""
         self.status.reconciles += 1
         try:
             await self.read(wants.keys())
         except SchedulerCommandError:
             self.status.consecutive_failures += 1
             raise
+        if decide is not None:
+            wants = decide(self._observed)
         updates = self.plan(wants)
         done = Reconciled(updates) if dry_run else await self.run_updates(updates)
         if done.failed:

@@ -13,6 +13,13 @@ every `interval` even without changes: slurmctld forgets scontrol-set features o
 restart or `scontrol reconfigure`, and only reading the nodes again notices.  A cycle
 that cannot reach Slurm is retried after a back-off (`crr.bus.retry.Backoff`), counted in
 the status; the loop never ends on it.
+
+Between the wants and Slurm sits the gate (`crr.projections.guard`): a drain waits for its
+rule's `for:`, a resume for `resume_after:`, a feature change for its `settle` (a cycle
+is due at the earliest such moment), and the guard caps what one burst may change
+(`exports.guard`): what does not fit is held, the bridge's Health says `held` with the
+numbers, until the change fits again or `crr bridge release slurm` (an admin event this
+loop listens for, `release`).
 """
 
 from __future__ import annotations
@@ -21,17 +28,20 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
 from crr.bridges.engine import Planner
-from crr.bridges.slurm import Reconciled, SlurmDoor, Update
+from crr.bridges.slurm import Reconciled, SlurmDoor, SlurmNode, Update
 from crr.bus.retry import Backoff
 from crr.producers.external import ExternalPublisher
 from crr.projections.exports import CompiledExports, NodeWant
-from crr.schemas.catalog import Catalog
+from crr.projections.guard import Change, Gate, GateResult, Limits, Timing
+from crr.schemas.catalog import EMPTY_EXPORTS, Catalog
 from crr.schemas.errors import SchedulerCommandError
+from crr.schemas.events import HealthState
 from crr.view.scheduler_view import SchedulerView
 
 log = logging.getLogger("crr.bridge.slurm")
@@ -111,6 +121,16 @@ class SlurmBridge:
         self._planner = Planner()
         self._wants: dict[str, NodeWant] = {}
         self._catalog: Catalog | None = None
+        self.gate = Gate()
+        self.gated: GateResult | None = None
+        """The last cycle's gate decision: applied, held, pending, trips."""
+        self.released_by: str | None = None
+        self.holding: str | None = None
+        """Set (with why: the watermark, the lag, `N s of outage_hold left`) while crr's own
+        input is behind and the bridge holds the last state: its Health says `holding`.
+        The freshness judgement sets it (issue 39 part 1); None: not holding."""
+        self.history: deque[tuple[float, Change]] = deque(maxlen=1024)
+        """The latest changes the gate let through, with the cycle's time (newest last)."""
         self._changed = asyncio.Event()
         self.cycled = asyncio.Condition()
         """Notified after every cycle (tests and the bench wait on it, not on time)."""
@@ -141,7 +161,9 @@ class SlurmBridge:
             self._wants = wants_from_view(self.view, exports, now)
         wants = self._wants
         try:
-            done = await self.door.reconcile(wants, dry_run=self.dry_run)
+            done = await self.door.reconcile(
+                wants, dry_run=self.dry_run,
+                decide=lambda observed: self._decide(wants, observed, now))
         finally:
             self.status.cycles += 1
             self.status.last_cycle_at = now
@@ -151,9 +173,54 @@ class SlurmBridge:
         self.last = done
         if self.dry_run and self.out is not None:
             _print_updates(done.updates, self.out)
+            if self.gated is not None:
+                _print_gate(self.gated, now, self._window(), self.out)
         async with self.cycled:
             self.cycled.notify_all()
         return done
+
+    def _window(self) -> float:
+        exports = self._catalog.exports_or_empty() if self._catalog else EMPTY_EXPORTS
+        return exports.guard_or_default().window
+
+    def _decide(self, wants: dict[str, NodeWant], observed: Mapping[str, SlurmNode],
+                now: float) -> dict[str, NodeWant]:
+        """What Slurm should show: `wants` through the settle delays and the guard, which
+        counts the nodes Slurm has (the first cycle takes crr's drains Slurm shows)."""
+        exports = self._catalog.exports_or_empty() if self._catalog else EMPTY_EXPORTS
+        shown = ({n: node.crr_drain for n, node in observed.items()}
+                 if self.gate.decided is None else None)
+        raw = {**{n: _NOTHING for n in observed}, **wants}
+        res = self.gate.step(raw, now, Timing.of(exports),
+                             Limits.for_nodes(exports, len(observed)), shown_drains=shown)
+        self.gated = res
+        self.history.extend((now, c) for c in res.applied)
+        if res.released:
+            log.warning("released by %s: %d held change(s) applied", self.released_by or "?",
+                        len(res.applied))
+        for trip in res.trips:
+            log.warning("held: %s", trip.describe(exports.guard_or_default().window))
+        return res.wants
+
+    def release(self, for_seconds: float = 0.0, by: str | None = None) -> bool:
+        """An admin's `crr bridge release slurm [--for D]`: the held changes at the next
+        cycle (once), or no guard for `for_seconds`; the next cycle comes at once."""
+        self.released_by = by
+        ok = self.gate.release(self.clock(), for_seconds)
+        if ok:
+            log.warning("release by %s: %s", by or "?",
+                        f"guard off for {for_seconds:g}s" if for_seconds > 0
+                        else "the held changes, once")
+        else:
+            log.warning("release by %s: nothing is held", by or "?")
+        self._changed.set()
+        return ok
+
+    def next_due(self) -> float | None:
+        """Seconds until the earliest pending change is due (None: none pending)."""
+        if self.gated is None or not self.gated.pending:
+            return None
+        return max(0.0, min(c.due_at for c in self.gated.pending) - self.clock())
 
     async def run(self, stop: asyncio.Event, *, once: bool = False) -> None:
         """Cycle until `stop` is set (or once).  Never raises on Slurm failures."""
@@ -165,6 +232,9 @@ class SlurmBridge:
                     if not await self._cycle_unless_stopped(stop):
                         return
                     delay = self.interval
+                    due = self.next_due()
+                    if due is not None:
+                        delay = min(delay, max(due, 0.05))
                 except SchedulerCommandError:
                     delay = RETRY.delay(max(1, self.door.status.consecutive_failures))
                     async with self.cycled:
@@ -183,16 +253,21 @@ class SlurmBridge:
         if self.health is None or self.dry_run:
             return
         st = self.door.status
+        said: tuple[HealthState, str]
         if not st.healthy:
             said = ("failed", f"{st.last_error} ({st.consecutive_failures} failing cycle(s))")
         elif self.status.plan_error:
             said = ("failed", self.status.plan_error)
+        elif self.gated is not None and self.gated.trips:
+            said = ("held", self.held_detail())
+        elif self.holding is not None:
+            said = ("holding", self.holding)
         else:
             unknown = f", {len(st.unknown_nodes)} unknown to Slurm" if st.unknown_nodes else ""
-            said = ("ok", f"{st.nodes} Slurm nodes{unknown}")
+            said = ("ok", f"{st.nodes} Slurm nodes{unknown}{self._pending_note()}")
         if said != self._said:
             self._said = said
-            self.health.health("failed" if said[0] == "failed" else "ok", said[1])
+            self.health.health(said[0], said[1])
         now = time.monotonic()
         if now - self._beat >= HEARTBEAT:
             self._beat = now
@@ -231,13 +306,49 @@ class SlurmBridge:
             for w in waits:
                 w.cancel()
 
+    def held_detail(self) -> str:
+        """`412 of 2,000 nodes would drain; limit 200 (…)`, and what is pending."""
+        window = self._window()
+        gated = self.gated
+        parts = [t.describe(window) for t in gated.trips] if gated else []
+        parts.append("release: crr bridge release slurm")
+        return ("; ".join(parts) + self._pending_note())[:1000]
+
+    def _pending_note(self) -> str:
+        """`; 3 pending, next: node017 drains (…) at <RFC 3339> unless the rule clears`
+        (a time of day, so the Health is said again only when it changes)."""
+        gated = self.gated
+        if gated is None or not gated.pending:
+            return ""
+        first = min(gated.pending, key=lambda c: (c.due_at, c.node))
+        return f"; {len(gated.pending)} pending, next: {first.describe(first.due_at, at=True)}"
+
     def status_dict(self) -> dict[str, object]:
         """The bridge's status: the door's counters and the loop's own."""
+        gated, now = self.gated, self.clock()
         return {**self.door.status.as_dict(), "cycles": self.status.cycles,
+                "held": [c.describe(now) for c in gated.held] if gated else [],
+                "pending": [c.describe(now) for c in gated.pending] if gated else [],
+                "trips": [t.describe(self._window()) for t in gated.trips] if gated else [],
+                "guard_suspended": self.gate.suspended(now),
                 "plan_error": self.status.plan_error,
                 "last_cycle_seconds": round(self.status.last_cycle_seconds, 4),
                 "lag_events": max(0, self.status.view_position - self.status.applied_position),
                 "dry_run": self.dry_run}
+
+
+_NOTHING = NodeWant(features=frozenset(), drain=None)
+
+
+def _print_gate(gated: GateResult, now: float, window: float, out: TextIO) -> None:
+    """`--dry-run`: the trips, the held changes and the pending ones with their time."""
+    for trip in gated.trips:
+        print(f"# held: {trip.describe(window)}", file=out)
+    for change in gated.held:
+        print(f"# held: {change.describe(now)}", file=out)
+    for change in sorted(gated.pending, key=lambda c: (c.due_at, c.node)):
+        print(f"# pending: {change.describe(now)}", file=out)
+    out.flush()
 
 
 def _print_updates(updates: Sequence[Update], out: TextIO) -> None:

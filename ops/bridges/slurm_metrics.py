@@ -12,6 +12,11 @@ read from the bridge's status at collection time, so they cost nothing per cycle
   `crr.bridge.slurm.unknown_nodes` (snapshot hosts Slurm does not have);
 - `crr.bridge.slurm.lag` (gauge, events): CRR_EVENTS sequences the view has that the
   last applied cycle had not — what to alert on with `healthy`.
+
+And on meter `crr.bridge` (attribute `crr.bridge.door=slurm`), the guard's:
+`crr.bridge.held` (gauge, nodes whose change the guard holds; > 0 while tripped),
+`crr.bridge.pending` (gauge, changes waiting for their `for:`/`resume_after:`/`settle`),
+`crr.bridge.tripped` (gauge, 1 while a limit is tripped).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
 from crr.bridges.slurm_bridge import SlurmBridge
+from crr.projections.guard import GateResult
 
 
 def register_metrics(bridge: SlurmBridge, meter_provider: MeterProvider | None = None) -> None:
@@ -52,3 +58,17 @@ def register_metrics(bridge: SlurmBridge, meter_provider: MeterProvider | None =
     for name, value, description in gauges:
         meter.create_observable_gauge(f"crr.bridge.slurm.{name}", [read(value)],
                                       description=description)
+    bridges = (meter_provider or metrics.get_meter_provider()).get_meter("crr.bridge")
+    attrs = {"crr.bridge.door": "slurm"}
+
+    def gated(value: Callable[[GateResult], float],
+              ) -> Callable[[CallbackOptions], list[Observation]]:
+        return lambda _o: [Observation(value(bridge.gated) if bridge.gated else 0.0, attrs)]
+
+    bridges.create_observable_gauge("crr.bridge.held", [gated(lambda g: len(g.held))],
+                                    unit="{node}", description="Node changes the guard holds")
+    bridges.create_observable_gauge("crr.bridge.pending", [gated(lambda g: len(g.pending))],
+                                    unit="{change}",
+                                    description="Changes waiting for for/resume_after/settle")
+    bridges.create_observable_gauge("crr.bridge.tripped", [gated(lambda g: float(bool(g.trips)))],
+                                    description="1 while a guard limit is tripped")

@@ -11,12 +11,15 @@ import argparse
 import json
 import logging
 import sys
+import time
 from typing import Any
 
+from crr.bridges.release import listen_releases, running_suspension
 from crr.bridges.slurm import DEFAULT_TIMEOUT, SlurmCommands, SlurmDoor
 from crr.bridges.slurm_bridge import HEALTH_REPORTER, SlurmBridge
 from crr.bridges.slurm_metrics import register_metrics
-from crr.bus.connection import connect
+from crr.bus.connection import Connection, connect
+from crr.bus.listen import Listening
 from crr.producers.external import ExternalPublisher
 from crr.runtime.shutdown import stopping
 from crr.schemas.duration import parse_duration
@@ -62,6 +65,7 @@ async def run(args: argparse.Namespace) -> int:
                              reader=args.read)
     door = SlurmDoor(commands, batch=not args.no_batch)
     bridge: SlurmBridge | None = None
+    releases: Listening | None = None
     async with stopping() as stop, connect(
             args.server, creds=args.creds, tls_ca=args.tls_ca, name="crr-bridge-slurm",
             attempts=None if not args.once else 3) as nc:
@@ -77,11 +81,15 @@ async def run(args: argparse.Namespace) -> int:
                                  health=health)
             register_metrics(bridge)
             if not args.once:
+                releases = await _follow_releases(nc, bridge)
+            if not args.once:
                 print("crr bridge slurm: following the snapshot"
                       f"{' (dry run)' if args.dry_run else ''}; Ctrl-C to stop",
                       file=sys.stderr, flush=True)
             await bridge.run(stop, once=args.once)
         finally:
+            if releases is not None:
+                await releases.close()
             await view.stop()
             await health.close()
     if bridge is None:  # stopped before the snapshot was loaded
@@ -95,3 +103,12 @@ async def run(args: argparse.Namespace) -> int:
     if bridge.status.plan_error:
         print(f"crr bridge slurm: error: {bridge.status.plan_error}", file=sys.stderr)
     return 0
+
+
+async def _follow_releases(nc: Connection, bridge: SlurmBridge) -> Listening:
+    """Listen for `crr bridge release slurm`; resume a `--for` still running."""
+    left, by = await running_suspension(nc, "slurm", time.time())
+    if left > 0:
+        bridge.release(left, by=by)
+    return await listen_releases(
+        nc, "slurm", lambda e: bridge.release(e.for_seconds, by=e.by))

@@ -2,9 +2,9 @@
 
 Usable from monitoring (Nagios-style checks, cron): the exit status says
 whether any reporter is failing (failed, timeout, bad_output, crashed,
-quarantined, silent, rejecting, or missing declared resources) or the
-projector is silent or absent (`crr.projections.freshness`: then nobody marks
-reporters silent either); the output says which, failing rows first (in red
+quarantined, silent, rejecting, a bridge `held` by its guard, or missing declared
+resources) or the projector is silent or absent (`crr.projections.freshness`: then
+nobody marks reporters silent either); the output says which, failing rows first (in red
 on a terminal), and ends with the projector's liveness (on stderr with
 `--json`, whose stdout stays the array of rows).
 """

@@ -1,7 +1,8 @@
 """IO for a host's timeline: read its events from CRR_EVENTS and replay them (`crr replay`'s fold).
 
-One ordered consumer with two filters (the catalog and the host's own subjects, host name
-encoded as a subject token: docs/contract.md, "Subjects and streams") reads the whole
+One ordered consumer with three filters (the catalog, the host's own subjects, host name
+encoded as a subject token: docs/contract.md, "Subjects and streams", and the bridge
+releases, `crr bridge release`, which the timeline lists as happenings) reads the whole
 retained history in stream order; `crr.projections.history.Replay` folds it
 with cuts at the window's start, after each of the host's events inside
 the window and at its end; `crr.projections.timeline` turns the captures into
@@ -22,6 +23,7 @@ from crr.projections.envelope import Envelope
 from crr.projections.timeline import HostTimeline, replay_timeline
 from crr.schemas.errors import CrrError, NotFoundOnServerError
 from crr.schemas.subjects import (
+    ADMIN_BRIDGE_ALL,
     CATALOG,
     EVENTS_STREAM,
     EVERYTHING,
@@ -46,11 +48,13 @@ async def retention(nc: Connection) -> float:
 
 
 async def host_events(nc: Connection, host: str) -> list[StoredMessage]:
-    """Every retained catalog event and event of `host`, in stream order."""
+    """Every retained catalog event, event of `host` and bridge release (`crr bridge
+    release`: a host's timeline says who released a bridge, and when), in stream order."""
     out: list[StoredMessage] = []
     reader = OrderedReader(nc, stream=EVENTS_STREAM, subject=EVERYTHING, handler=out.append,
                            deliver=Delivery.ALL,
-                           filter_subjects=[CATALOG, host_history_filter(host)])
+                           filter_subjects=[CATALOG, host_history_filter(host),
+                                            ADMIN_BRIDGE_ALL])
     await reader.start()
     try:
         await reader.wait_ready(READ_TIMEOUT)

@@ -82,16 +82,16 @@ def _encoded_values(state: ProjectionState, rec: Record,
         for b in rs.batches:  # oldest first: a newer batch's entry replaces an older one
             received = fmt(b.received_at)
             stale = b.stale
-            if b.full is not None and not stale and uniform is not None:
-                # The steady state: a report of every value of its reporter, all fresh.
-                values = msgspec.structs.astuple(b.full)
+            if not stale and uniform is not None:
+                # The steady state: a report of values of one lifetime, all fresh.
+                values = b.values.values()
                 if None not in values:
                     head, tail = _form(reporter, b, received, uniform)
-                    out.update(zip(b.order, [raw(head + enc(v) + tail) for v in values],
+                    out.update(zip(b.values, [raw(head + enc(v) + tail) for v in values],
                                    strict=True))
                     continue
             forms: dict[float, tuple[bytes, bytes]] = {}  # lifetime -> (head, tail)
-            for name, value in b.items().items():
+            for name, value in b.values.items():
                 since = stale.get(name) if stale else None
                 if since is not None:
                     at = fmt(since)
@@ -116,26 +116,27 @@ def _encoded_values(state: ProjectionState, rec: Record,
 
 
 def _one_batch(state: ProjectionState, rec: Record, scope: str) -> msgspec.Raw | None:
-    """The values object of a record whose one reporter's one batch set all its values,
-    all fresh and known (a host's steady state), encoded in one piece; else None.
+    """The values object of a record whose one reporter's one batch holds all its values,
+    all fresh and known, of one lifetime (a host's steady state), encoded in one piece;
+    else None.
 
-    Such a batch's names are in sorted order already (`order`), the order the
-    encoder sorts keys in, so the entries are joined as they come."""
+    A batch's names are in sorted order already (`crr.projections.state.Batch.values`),
+    the order the encoder sorts keys in, so the entries are joined as they come."""
     ((reporter, rs),) = rec.reporters.items()
     if len(rs.batches) != 1:
         return None
     b = rs.batches[0]
     uniform = state.plan.uniform_life.get((reporter, scope))
-    if b.full is None or b.stale or uniform is None:
+    if b.stale or uniform is None or not b.values:
         return None
-    values = msgspec.structs.astuple(b.full)
+    values = b.values.values()
     if None in values:
         return None
-    n = len(values)
-    if not n:
-        return None
     head, tail = _form(reporter, b, fmt(b.received_at), uniform)
-    first, after = _joints(b.order, tail)
+    joints = _joints(tuple(b.values), tail)
+    if joints is None:
+        return None
+    first, after = joints
     # head.join: `{"a":` head v1 `},"b":` head v2 ... head vn `}}` (tail = `}`, say).
     parts = [first]
     parts += map(operator.add, map(_encode, values), after)
@@ -143,11 +144,13 @@ def _one_batch(state: ProjectionState, rec: Record, scope: str) -> msgspec.Raw |
 
 
 @functools.lru_cache(maxsize=256)
-def _joints(order: tuple[str, ...], tail: bytes) -> tuple[bytes, list[bytes]]:
-    """What goes around the entries of a values object of the names `order` (sorted):
+def _joints(order: tuple[str, ...], tail: bytes) -> tuple[bytes, list[bytes]] | None:
+    """What goes around the entries of a values object of the names `order`:
     `{"first":`, and after each value its entry's tail, then `,"next":` or the final `}`
-    (once per reporter, catalog and entry tail)."""
-    assert list(order) == sorted(order), "a full batch's names are sorted"
+    (once per reporter, names and entry tail); None if `order` is not sorted (the
+    entries would not come in the encoder's order)."""
+    if list(order) != sorted(order):
+        return None
     keys = [_encode(name) + b":" for name in order]
     return b"{" + keys[0], [tail + b"," + k for k in keys[1:]] + [tail + b"}"]
 

@@ -94,10 +94,10 @@ def host_columns(state: ProjectionState, host: str) -> str | None:
         uniform = state.plan.uniform_life.get((reporter, "host"))
         if len(rs.batches) == 1 and uniform is not None:
             b = rs.batches[0]
-            if b.full is not None and not b.stale and b.order:  # (`full` encodes as `v`)
+            if not b.stale and b.values:  # (one expiry: every value goes in `v`)
                 return _columns_bytes(b"".join((
                     b'{"e":', encode_sorted(b.received_at + uniform), b',"host":',
-                    encode_sorted(host), b',"v":', encode_sorted(b.full), b"}")))
+                    encode_sorted(host), b',"v":', encode_sorted(b.values), b"}")))
         return _columns_bytes(encode_sorted(
             _uniform_columns(host, rs, uniform) if uniform is not None and not any(
                 b.stale for b in rs.batches) else columns_of(host, value_entries(state, rec))))
@@ -113,7 +113,7 @@ def _uniform_columns(host: str, rs: ReporterRecord, life: float) -> dict[str, An
     entries: dict[str, tuple[Any, float]] = {}
     for b in rs.batches:
         expires = b.received_at + life
-        for name, value in b.items().items():
+        for name, value in b.values.items():
             entries[name] = (value, expires)
     e = Counter(at for _, at in entries.values()).most_common(1)[0][0] if entries else None
     v: dict[str, Any] = {}

@@ -15,7 +15,14 @@ which does not matter to feature updates).  Measured:
 2. **report → `scontrol show node` latency** (p50/p99): with the bridge running
    (batching on), a report flips `datasets` on one random node; the time until
    `scontrol show node <node> --oneliner` shows the feature appear (or go) is polled
-   every 20 ms (so the figure includes up to one poll interval and one scontrol call).
+   every 20 ms (so the figure includes up to one poll interval and one scontrol call);
+3. **report → `scontrol show node` shows the node drained** (p50/p99), with the guard on
+   (the defaults: `max_drained` 10% = 200 of 2,000, `max_changed` 20% per 5 min) and a
+   drain rule with `for: 0s`, `resume_after: 0s`: a report sets `fs_healthy=false` on one
+   random node (a different one each time); the time until `scontrol show node <node>
+   --oneliner` shows `DRAIN`, polled every 20 ms.  The nodes stay drained (a node with no
+   slurmd is UNKNOWN, and slurmctld refuses to resume an UNKNOWN+DRAIN node): 40 of the
+   200 allowed, so the guard never trips — what is measured is the gate's cost on the way.
 
 Writes `slurm-bench.json` in `--out`.  Not a test: it runs for about a minute.
 """
@@ -49,13 +56,17 @@ version: 1
 resources:
   scratch_free: {kind: numeric, scope: host, reporter: scratch, interval: 1h, min: 0}
   datasets:     {kind: string_set, scope: host, reporter: datasets, interval: 1h}
+  fs_healthy:   {kind: boolean, scope: host, reporter: health, interval: 1h}
 reporters:
+  health:   {type: external, interval: 1h}
   scratch:  {type: external, interval: 1h}
   datasets: {type: external, interval: 1h}
 exports:
   features:
     imagenet_cached: 'datasets has "imagenet"'
     big_scratch: 'scratch_free > 500'
+  drain:
+    - {when: '!fs_healthy', reason: 'bench', for: 0s, resume_after: 0s}
 """)
 EXPORTS = compile_exports(CATALOG)
 POLL = 0.02
@@ -161,6 +172,50 @@ async def latency_phase(slurm: SlurmCluster, nc: Any, view: Any, nodes: list[str
             "cycles": status["cycles"], "slurm_calls": status["calls"]}
 
 
+def drained(slurm: SlurmCluster, node: str) -> bool:
+    """Whether `scontrol show node` shows `node` drained (by anyone)."""
+    line = slurm.scontrol("show", "node", node, "--oneliner")
+    state = line.split(" State=", 1)[1].split(" ", 1)[0]
+    return "DRAIN" in state
+
+
+async def drain_phase(slurm: SlurmCluster, nc: Any, view: Any, nodes: list[str],
+                      samples: int) -> dict[str, Any]:
+    """Report → `scontrol show node` shows the node drained, guard on (defaults)."""
+    door = SlurmDoor(SlurmCommands(env=slurm.env, timeout=60))
+    bridge = SlurmBridge(view, door, interval=30.0, min_gap=0.0)
+    stop = asyncio.Event()
+    task = asyncio.create_task(bridge.run(stop))
+    rng = random.Random(31)
+    took: list[float] = []
+    seq = 5_000
+    try:
+        async with bridge.cycled:
+            await asyncio.wait_for(bridge.cycled.wait(), 120)
+        for node in rng.sample(nodes, samples):
+            seq += 1
+            t0 = time.perf_counter()
+            await publish_report(nc, "health", node, {"fs_healthy": False}, seq=seq)
+            deadline = t0 + 30
+            while not drained(slurm, node):
+                if time.perf_counter() > deadline:
+                    raise AssertionError(f"{node}: not drained in 30 s")
+                await asyncio.sleep(POLL)
+            took.append(time.perf_counter() - t0)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+    assert bridge.gated is not None
+    assert not bridge.gated.trips, bridge.gated.trips
+    p50, p99 = percentiles(took, (50, 99))
+    log(f"report -> scontrol shows DRAIN (guard on): p50 {p50 * 1000:.0f} ms, "
+        f"p99 {p99 * 1000:.0f} ms ({samples} samples)")
+    return {"samples": samples, "p50_ms": round(p50 * 1000, 1), "p99_ms": round(p99 * 1000, 1),
+            "max_ms": round(max(took) * 1000, 1), "poll_ms": POLL * 1000,
+            "guard": "defaults: max_drained 10% (200), max_changed 20% (400) per 5m",
+            "cycles": bridge.status.cycles}
+
+
 async def main(nodes: int, samples: int) -> dict[str, Any]:
     """Run both phases; returns the results (`cli` writes them)."""
     width = max(4, len(str(nodes)))
@@ -188,7 +243,8 @@ async def main(nodes: int, samples: int) -> dict[str, Any]:
                                                     {"scratch_free": 900})
                 await view.wait_until(last, 60)
                 results: dict[str, Any] = {"calls": await calls_phase(slurm, view, names),
-                           "latency": await latency_phase(slurm, nc, view, names, samples)}
+                           "latency": await latency_phase(slurm, nc, view, names, samples),
+                           "drain": await drain_phase(slurm, nc, view, names, samples)}
     results["note"] = ("one machine (2 cores) shared with other agents' work while measured; "
                        "slurmctld, nats-server, projector, view and bridge all on it")
     return results

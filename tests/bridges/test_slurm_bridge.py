@@ -36,7 +36,7 @@ exports:
     big_scratch: 'scratch_free > 500 && defined(scratch_free)'
     blinking: 'blink_sets has "x"'
   drain:
-    - {when: '!fs_healthy', reason: 'scratch file system unhealthy'}
+    - {when: '!fs_healthy', reason: 'scratch file system unhealthy', resume_after: 0s}
 """
 CATALOG = load_catalog_text(CATALOG_YAML)
 

@@ -62,9 +62,10 @@ async def test_health_exit_codes(nc: Client, nats_url: str,
 
 
 def test_failing_states_are_the_documented_ones() -> None:
-    """The states that make `crr health` exit 1 are exactly the issue's list."""
+    """The states that make `crr health` exit 1 are exactly the issue's list, and a bridge
+    whose guard holds changes (`held`, issue 39; `holding` is not failing)."""
     assert {"failed", "timeout", "bad_output", "crashed", "quarantined", "silent",
-            "rejecting", "deadlettered"} == FAILING_STATES
+            "rejecting", "deadlettered", "held"} == FAILING_STATES
 
 
 async def test_latency_from_the_streams(nc: Client, nats_url: str,

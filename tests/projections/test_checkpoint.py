@@ -32,7 +32,7 @@ from crr.schemas.events import Forget
 from crr.schemas.snapshot_views import CheckpointRecord
 from crr.schemas.subjects import forget_subject
 from tests.projections.test_fold_properties import events, snapshot_bytes
-from tests.support.fold import T0, catalog_env, health_env, report_env
+from tests.support.fold import CATALOG_OBJ, T0, catalog_env, health_env, report_env
 
 JITTER = 0.000123456789
 """Added to every receive time: server timestamps have sub-millisecond digits that the
@@ -159,6 +159,35 @@ def test_a_bounded_record_is_read_only_when_its_bound_comes() -> None:
     lazy.due(again, first)
     assert "n1" in again.hosts
     assert len(lazy) == 0
+
+
+def test_a_stale_value_does_not_hide_a_declared_resource_still_to_come_due() -> None:
+    """Given a silent reporter whose one value is stale (so in `missing` too), one of its
+    resources overdue, and one it was given by a catalog change, never reported and not
+    due yet; when its record's first deadline is read, then it is that resource's (first
+    sight + its lifetime), and a lazy record placed then goes overdue as a fold would.
+
+    (The flake of `test_lazy_restarts_anywhere_give_the_same_bytes`: the stale value was
+    counted twice, so nothing seemed left to come due, and the record was placed only
+    after the reference fold had marked `datasets` overdue.)"""
+    resources = dict(CATALOG_OBJ.resources)
+    resources["datasets"] = msgspec.structs.replace(resources["datasets"], reporter="site")
+    moved = msgspec.structs.replace(CATALOG_OBJ, resources=resources)
+    evs = [catalog_env(1, T0), report_env(2, T0, "site", "n1", {"site_ok": True}),
+           catalog_env(3, T0 + 15, moved)]  # site is silent and site_ok stale at +15
+    state = fold(evs, now=T0 + 20)
+    data = encode(host_snapshot(state, "n1"))
+    site = decode_record(data).reporters["site"]
+    assert (site.silent, site.missing) == (True, ["site_ok", "site_state"])
+    _, _, due = earliest_due(state, data)
+    assert due == T0 + 30  # datasets: first sight + its 30 s lifetime
+    reference = fold(evs, now=T0 + 40)
+    lazy = Lazy()
+    again = restarted(state, T0 + 20, lazy)
+    lazy.due(again, T0 + 40)
+    expire(again, T0 + 40)
+    assert "datasets" in host_snapshot(again, "n1").reporters["site"].missing
+    assert snapshot_bytes(again) == snapshot_bytes(reference)
 
 
 @pytest.mark.parametrize(("host", "upto", "says"), [("n2", 2, "names host 'n1'"),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from typing import Any
-from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -192,12 +191,14 @@ def test_expiry_is_monotonic(evs: list[Envelope], steps: list[float]) -> None:
 @SETTINGS
 @given(evs=st.one_of(events(), steady_events()), extra=st.floats(0, 100))
 def test_fast_path_agrees_with_value_by_value_path(evs: list[Envelope], extra: float) -> None:
-    """The typed-decode fast path gives the same bytes as checking each value on its own."""
+    """The fast validation (one typed decode) stores the same as checking each value on its
+    own (`ProjectionState.typed_validation` off): the same bytes, batches and deadline."""
     now = evs[-1].received_at + extra
     fast = fold(evs, now=now)
-    with mock.patch.object(crr.projections.fold, "fast_report", return_value=False):
-        slow = fold(evs, now=now)
+    slow = fold(evs, now=now, state=ProjectionState(typed_validation=False))
     assert snapshot_bytes(fast) == snapshot_bytes(slow)
+    assert _batches_and_overdue(fast) == _batches_and_overdue(slow)
+    assert crr.projections.fold.next_deadline(fast) == crr.projections.fold.next_deadline(slow)
 
 
 def test_partial_fast_path_agrees_on_a_set_to_sort() -> None:
@@ -210,8 +211,7 @@ def test_partial_fast_path_agrees_on_a_set_to_sort() -> None:
            report_env(4, T0 + 3, "site", "n3", {"site_ok": 1, "datasets": ["z"]}),
            report_env(5, T0 + 4, "site", "n3", {"site_state": "up", "bogus": 1})]
     fast = fold(evs, now=T0 + 5)
-    with mock.patch.object(crr.projections.fold, "fast_report", return_value=False):
-        slow = fold(evs, now=T0 + 5)
+    slow = fold(evs, now=T0 + 5, state=ProjectionState(typed_validation=False))
     assert snapshot_bytes(fast) == snapshot_bytes(slow)
     assert b'"value":["c4","imagenet"]' in snapshot_bytes(fast)[0]["n1"]
 
@@ -227,7 +227,7 @@ def _batches_and_overdue(state: ProjectionState) -> dict[tuple[str, str], Any]:
 
 def test_partial_after_other_values_agrees_at_every_step() -> None:
     """A partial report of other values than its reporter's last one takes its own batch
-    and deadline in the steady state (`crr.projections.reports._partial_report`): after a
+    and deadline in the steady state (`crr.projections.reports.store`): after a
     full report, after another partial one, re-setting an older batch whole (which is
     dropped), and setting a resource overdue by then.  After every event and expiry: the
     same bytes and next deadline as the value-by-value path."""
@@ -247,11 +247,10 @@ def test_partial_after_other_values_agrees_at_every_step() -> None:
     # not refreshed in place, its batch replaced
     for when in (50.0, 49.0):
         evs.append(report_env(len(evs) + 1, T0 + when, "scratch", "n3", {"scratch_free": when}))
-    fast, slow = ProjectionState(), ProjectionState()
+    fast, slow = ProjectionState(), ProjectionState(typed_validation=False)
     for env in evs:
         apply(fast, env)
-        with mock.patch.object(crr.projections.fold, "fast_report", return_value=False):
-            apply(slow, env)
+        apply(slow, env)
         expire(fast, env.received_at + 0.5)
         expire(slow, env.received_at + 0.5)
         assert snapshot_bytes(fast) == snapshot_bytes(slow), env.seq
@@ -293,10 +292,9 @@ def test_refresh_in_place_changes_nothing(evs: list[Envelope], extra: float,
     place (no new heap entry; the old one, come due early, goes back at the new time):
     at every step, after expiry between events (`ticks`) and at the end, the same bytes
     and the same next deadline as a new batch with an entry of its own for every report."""
-    fresh, refreshed = ProjectionState(), ProjectionState()
+    fresh, refreshed = ProjectionState(refresh_in_place=False), ProjectionState()
     for env, tick in zip(evs, ticks + [None] * len(evs), strict=False):
-        with mock.patch("crr.projections.reports._refreshable", return_value=False):
-            apply(fresh, env)
+        apply(fresh, env)
         apply(refreshed, env)
         if tick is not None:
             expire(fresh, env.received_at + tick)

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nats.aio.client import Client
 
+from crr.bridges.release import publish_release
 from crr.bus.ordered import StoredMessage
 from crr.history.latency import _Collector
 from crr.projections.host_table import HostTable
@@ -275,3 +276,19 @@ def test_query_order_matches_a_reference_sort(cells: list[tuple[ValueState | Non
         value = {h: cells[int(h[1:])][1] for h in fresh}
         want = sorted(fresh, key=lambda h: (-value[h] if desc else value[h], h)) + rest
     assert got == want
+
+
+async def test_timeline_says_who_released_a_bridge(nc: Client) -> None:
+    """`crr bridge release slurm` inside the window is a `released` happening on every
+    host's timeline (a release acts on the cluster): who, how, why."""
+    async with running_api(nc) as rig, httpx.AsyncClient(base_url=rig.url) as http:
+        await publish_catalog(nc)
+        await rig.settle(await publish_report(nc, "blinker", "node1", {"blink": 3.0}))
+        seq, event = await publish_release(nc, "slurm", for_seconds=600.0,
+                                           reason="maintenance")
+        await rig.settle(seq)
+        body = (await http.get("/v1/hosts/node1/timeline", params={"window": "5m"})).json()
+        (h,) = [h for h in body["happenings"] if h["what"] == "released"]
+        assert h["reporter"] == "bridge-slurm"
+        assert h["seq"] == seq
+        assert h["detail"] == f"by {event.by}: for 600s (maintenance)"

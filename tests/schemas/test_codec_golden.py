@@ -13,6 +13,7 @@ start): they decode with those fields' defaults.
 `watermark_ts`.  `projector_status.before_next_due.json` is a status of checkpoint format 1, from
 before `next_due_ts`.  `forget.reporter.json` is a Forget of one reporter's row, the
 field added after `forget.json`'s whole-host Forget, which keeps its bytes.
+`bridge_release.json` is `crr bridge release slurm`'s admin event.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import pytest
 from crr.projections.freshness import watermark_of
 from crr.schemas.catalog import Catalog
 from crr.schemas.codec import decode, decode_event, encode
-from crr.schemas.events import DeadLetter, Forget, Health, Inventory, Report
+from crr.schemas.events import BridgeRelease, DeadLetter, Forget, Health, Inventory, Report
 from crr.schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus
 from crr.schemas.wire_time import parse_time
 
@@ -45,6 +46,7 @@ SAMPLES: dict[str, type[Any]] = {
     "deadletter": DeadLetter,
     "forget": Forget,
     "forget.reporter": Forget,
+    "bridge_release": BridgeRelease,
 }
 
 

@@ -374,6 +374,12 @@
     none.textContent = whole.failures_total > trs.length
       ? `${trs.length} of ${whole.failures_total} shown`
       : trs.length ? `${trs.length} failing` : "none";
+    // A bridge whose guard holds changes (Health `held`, a failing row): a banner with
+    // its numbers, as the server says them.
+    const held = whole.failures.filter((s) => s.state === "held" && s.reporter.startsWith("bridge-"));
+    const banner = $("#bridge-banner");
+    banner.replaceChildren(...held.map((s) => el("div", `${s.reporter} is held: ${s.detail || ""}`)));
+    banner.hidden = held.length === 0;
   }
 
   // -- a host's page -------------------------------------------------------------------
