@@ -150,6 +150,16 @@ class SlurmBridge:
         self.door.owned = self._planner.exports.features.keys()
         return self._planner.exports
 
+    def note_judgement(self, now: float) -> None:
+        """Set `holding` from the view's judgement at `now` (docs/contract.md, "Freshness
+        at the watermark"), said in the log at once when it starts or ends."""
+        judged = self.view.judgement(now)
+        holding = judged.detail if judged.holding else None
+        if (holding is None) != (self.holding is None):
+            log.warning("bridge slurm: %s", holding or "caught up with the projector's "
+                        "watermark; no longer holding")
+        self.holding = holding
+
     async def cycle(self) -> Reconciled:
         """Read the view, reconcile Slurm once.  Raises `SchedulerCommandError` when Slurm
         cannot be read."""
@@ -157,6 +167,7 @@ class SlurmBridge:
         position = self.view.projector_position
         exports = self._exports()
         now = self.clock()
+        self.note_judgement(now)
         if exports is not None:
             self._wants = wants_from_view(self.view, exports, now)
         wants = self._wants

@@ -10,10 +10,11 @@ from __future__ import annotations
 from nats.aio.client import Client
 
 from crr.bridges.host_source import HostSource
-from crr.bridges.slurm_bridge import wants_from_view
+from crr.bridges.slurm import SlurmCommands, SlurmDoor
+from crr.bridges.slurm_bridge import SlurmBridge, wants_from_view
 from crr.projections.exports import compile_exports
 from crr.schemas.wire_time import parse_time
-from crr.view.scheduler_view import SchedulerView
+from crr.view.scheduler_view import SchedulerView, loaded_view
 from tests.bridges.test_bridge_cli import CATALOG
 from tests.support.projector import publish_catalog, publish_report, running_projector
 
@@ -50,3 +51,22 @@ async def test_bridges_hold_the_wants_while_the_projector_is_stopped(nc: Client)
     finally:
         await host.stop()
         await view.stop()
+
+
+async def test_the_slurm_bridge_says_holding(nc: Client) -> None:
+    """`crr bridge slurm` sets `holding` (its Health says so) from the view's judgement:
+    with the projector stopped, past a value's expires_at but within outage_hold."""
+    async with running_projector(nc) as projector:
+        await publish_catalog(nc, CATALOG)
+        await projector.wait_until(await publish_report(nc, "blinker", "n3", {"blink": 1.0}))
+    async with loaded_view(nc, 10) as view:
+        bridge = SlurmBridge(view, SlurmDoor(SlurmCommands(env={}, timeout=1)))
+        watermark = view.judgement().watermark
+        assert watermark is not None
+        bridge.note_judgement(watermark + 0.5)
+        assert bridge.holding is None
+        bridge.note_judgement(watermark + 30)
+        assert bridge.holding is not None
+        assert bridge.holding.startswith("holding: watermark ")
+        bridge.note_judgement(watermark + 601)  # past outage_hold: the honest state
+        assert bridge.holding is None
