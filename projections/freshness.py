@@ -16,6 +16,17 @@ whole record and keep the HostSnapshot shape (docs/contract.md, "Payloads"): an 
 went stale is written as the projector would have written it (`value`
 null, `last_value` kept, `stale_since` = its `expires_at`).
 
+**Freshness at the watermark** (`judge`): no reader judges at the wall clock
+itself.  The projector writes its watermark (it had folded every event stored
+before it) into every status; a reader judges every value at
+`judged_at = min(now, max(watermark, now - outage_hold))` — `watermark_of` the
+current layout's statuses — and passes that as the `now` of the functions
+here.  While the projector is live and caught up that is `now`; while it is
+silent or behind, values keep the state they had at the watermark (fail
+static) for up to `outage_hold` (`crr.schemas.catalog.DEFAULT_OUTAGE_HOLD`, 10 min,
+unless `resources.yaml` says), then expire again, `outage_hold` late
+(docs/contract.md, "Freshness at the watermark").
+
 **Liveness of the projector** (`projector_liveness`): from the status
 records of the current layout (one, or one per partition).  `absent`: no
 status record at all (no projector ever ran); `silent`: the oldest status's
@@ -42,10 +53,15 @@ from crr.schemas.snapshot import (
     ValueEntry,
     ValueState,
 )
-from crr.schemas.wire_time import expires_seconds, seconds_of
+from crr.schemas.wire_time import expires_seconds, format_time, seconds_of
 
 DEFAULT_SILENT_AFTER: Final = 15.0
 """Seconds without a projector status after which the projector counts as silent."""
+
+HOLDING_AFTER: Final = 2.5
+"""Seconds a watermark may lag `now` before readers say they are holding.  The projector
+writes its status every second, so a live, caught-up one lags < ~1.2 s; every surface says
+it is holding within 3 s of the last status."""
 
 _CODE_STATES: Final[dict[int, ValueState]] = {FRESH: "fresh", STALE: "stale", NULL: "unknown"}
 
@@ -127,6 +143,75 @@ def host_at(snap: HostSnapshot, now: float) -> HostSnapshot:
 def cluster_at(snap: ClusterSnapshot, now: float) -> ClusterSnapshot:
     """The cluster record as it is at `now` (see `host_at`)."""
     return _record_at(snap, now)
+
+
+class Judgement(msgspec.Struct, frozen=True, kw_only=True):
+    """When a reader judges freshness (`judge`), and whether it is holding."""
+
+    judged_at: float
+    """`min(now, max(watermark, now - outage_hold))`: the `now` every freshness rule takes."""
+    now: float
+    watermark: float | None
+    """The projector's watermark (None: no projector status at all)."""
+    outage_hold: float
+    lag: float | None
+    """`now - watermark` (None: no status)."""
+    holding: bool
+    """The watermark lags by more than `HOLDING_AFTER`, within `outage_hold`: values
+    keep the state they had at the watermark."""
+    expired: bool
+    """The watermark lags by more than `outage_hold`: values expire again, that late."""
+    hold_left: float | None
+    """Seconds of `outage_hold` left while holding (else None)."""
+    detail: str = ""
+    """One line for people (empty when neither holding nor expired)."""
+
+
+def judge(watermark: float | None, now: float, outage_hold: float) -> Judgement:
+    """The one rule (docs/contract.md, "Freshness at the watermark"): readers judge every
+    value at `judged_at = min(now, max(watermark, now - outage_hold))`."""
+    hold = max(0.0, outage_hold)
+    if watermark is None or math.isnan(watermark):
+        return Judgement(judged_at=now, now=now, watermark=None, outage_hold=hold, lag=None,
+                         holding=False, expired=False, hold_left=None)
+    judged_at = min(now, max(watermark, now - hold))
+    lag = now - watermark
+    expired = lag > hold and lag > HOLDING_AFTER
+    holding = HOLDING_AFTER < lag <= hold
+    hold_left = hold - lag if holding else None
+    detail = ""
+    if holding:
+        detail = (f"holding: watermark {_when(watermark)}, {lag:.1f} s behind; "
+                  f"{hold - lag:.0f} s of outage_hold left")
+    elif expired:
+        detail = (f"past outage_hold ({hold:g} s): watermark {_when(watermark)}, "
+                  f"{lag:.1f} s behind; values judged at now - {hold:g} s")
+    return Judgement(judged_at=judged_at, now=now, watermark=watermark, outage_hold=hold,
+                     lag=lag, holding=holding, expired=expired, hold_left=hold_left,
+                     detail=detail)
+
+
+def _when(t: float) -> str:
+    return format_time(t) if math.isfinite(t) else "unreadable"
+
+
+def status_watermark(status: ProjectorStatus) -> float:
+    """A status's watermark in epoch seconds: `watermark_ts` (or `watermark`), else — an
+    older writer — its `last_tick`; -inf if none parses."""
+    if status.watermark_ts is not None:
+        return status.watermark_ts
+    if status.watermark:
+        return expires_seconds(status.watermark)
+    return expires_seconds(status.last_tick)
+
+
+def watermark_of(statuses: Sequence[ProjectorStatus]) -> float | None:
+    """The watermark of the current layout's statuses (one, or one per partition): the
+    minimum (None: no status).  A partition of the layout that wrote none is not counted
+    here: `projector_liveness` says it is silent."""
+    if not statuses:
+        return None
+    return min(status_watermark(st) for st in statuses)
 
 
 LivenessState = Literal["live", "silent", "absent", "rebuilding"]

@@ -30,6 +30,11 @@ DEFAULT_MAX_LENGTH = 256
 DEFAULT_MAX_ITEMS = 1024
 DEFAULT_NOT_APPLICABLE_EXIT = 97
 DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024
+DEFAULT_OUTAGE_HOLD = 600.0
+"""`outage_hold` when `resources.yaml` sets none: 10 minutes.  Long enough to ride out a
+projector restart or rebuild, or a NATS leader election, without a value of a reporter
+that kept reporting turning stale; short enough that a real cluster-wide failure of the
+reporters shows within minutes (docs/contract.md, "Freshness at the watermark")."""
 
 
 class ResourceSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -222,6 +227,22 @@ class Catalog(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     exports: Exports | msgspec.UnsetType = msgspec.UNSET
     """Left out of the encoded catalog unless set (UNSET), as `ReporterSpec.tty`: a
     catalog without exports stays readable by readers from before they existed."""
+
+    outage_hold: float | msgspec.UnsetType = msgspec.UNSET
+    """Seconds readers hold values at the projector's watermark while it is silent or
+    behind (`judged_at = max(watermark, now - outage_hold)`; 0: judge at now).  Left out of
+    the encoded catalog unless set, as `exports`."""
+
+    def outage_hold_s(self) -> float:
+        """`outage_hold`, or `DEFAULT_OUTAGE_HOLD` when `resources.yaml` sets none."""
+        return self.outage_hold if isinstance(self.outage_hold, float) else DEFAULT_OUTAGE_HOLD
+
+    def longest_lifetime(self) -> float:
+        """The longest `interval + grace` of a resource (a reporter's default interval
+        and half of it when none is declared): after a NATS outage, the time every
+        reporter gets to report again before its values are judged."""
+        lifetimes = [self.lifetime_of(n) for n in self.resources]
+        return max(lifetimes, default=DEFAULT_INTERVAL * 1.5)
 
     def exports_or_empty(self) -> Exports:
         """The declared exports, or none."""

@@ -435,10 +435,10 @@ def catalog_from_mapping(doc: Any, *, source: str | None = None,
         raise CatalogError(["(top): expected a mapping with 'version', 'resources', 'reporters'"],
                            where=source)
     for key in doc:
-        if key not in {"version", "resources", "reporters", "exports"}:
+        if key not in {"version", "resources", "reporters", "exports", "outage_hold"}:
             problems.append(
                 f"{key}: unknown top-level field (expected version, resources, reporters, "
-                "exports)")
+                "exports, outage_hold)")
     version = doc.get("version", 1)
     if version != 1:
         problems.append(f"version: unsupported version {version!r} (this crr reads version 1)")
@@ -486,8 +486,15 @@ def catalog_from_mapping(doc: Any, *, source: str | None = None,
         checked = _convert_exports(doc["exports"], resources, problems)
         if checked is not None:
             exports = checked
+    outage_hold: float | msgspec.UnsetType = msgspec.UNSET
+    if doc.get("outage_hold") is not None:
+        try:
+            outage_hold = parse_duration(doc["outage_hold"])
+        except DurationError as exc:
+            problems.append(f"outage_hold: {exc.message}")
     catalog = Catalog(
         version=1,
+        outage_hold=outage_hold,
         resources=dict(sorted(resources.items())),
         reporters={k: v for k, v in sorted(reporters.items()) if v is not None},
         exports=exports,

@@ -197,6 +197,12 @@ class ProjectorStatus(msgspec.Struct, frozen=True, kw_only=True):
     """No deadline pending in the records this status covers comes before this (epoch
     seconds; None: nothing pending, or `checkpoint` < 2).  A restart places a restored
     record no later than this without reading it first (see `crr.projections.checkpoint.Lazy`)."""
+    watermark: str = ""
+    """The projector's watermark (RFC 3339): it had folded every event `CRR_EVENTS` stored
+    before this time, and judged its own deadlines at it (docs/contract.md, "Freshness at
+    the watermark").  Empty: an older writer (readers then use `last_tick`)."""
+    watermark_ts: float | None = None
+    """`watermark` as epoch seconds (None: an older writer)."""
 
 
 CHECKPOINT_FORMAT = 2

@@ -1,8 +1,12 @@
-"""Projector liveness for the CLI and the REST API: the threshold, and the rule applied now.
+"""Projector liveness and the judgement time for every reader: the rules applied now.
 
-The rule itself is `crr.projections.freshness.projector_liveness` (pure); this
-is its IO edge: the wall clock, and the threshold from
-`CRR_PROJECTOR_SILENT_AFTER` (seconds; default 15).
+The rules themselves are `crr.projections.freshness.projector_liveness` and
+`crr.projections.freshness.judge` (pure); this is their IO edge: the wall clock,
+the threshold from `CRR_PROJECTOR_SILENT_AFTER` (seconds; default 15), and
+`judgement`, the ONE place a reader (the scheduler view and `select[]`, `crr
+hosts`/`select`/`explain`/`health`, the REST API and the status page through it, the
+bridges) learns the `judged_at` it judges freshness at (docs/contract.md, "Freshness
+at the watermark").
 """
 
 from __future__ import annotations
@@ -12,7 +16,15 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
-from crr.projections.freshness import DEFAULT_SILENT_AFTER, ProjectorLiveness, projector_liveness
+from crr.projections.freshness import (
+    DEFAULT_SILENT_AFTER,
+    Judgement,
+    ProjectorLiveness,
+    judge,
+    projector_liveness,
+    watermark_of,
+)
+from crr.schemas.catalog import DEFAULT_OUTAGE_HOLD, Catalog
 from crr.schemas.errors import CrrError
 from crr.schemas.snapshot import ProjectorStatus
 
@@ -48,3 +60,20 @@ def warn_unless_live(statuses: Sequence[ProjectorStatus], command: str) -> Proje
     if live.state != "live":
         print(f"crr {command}: warning: projector {live.detail}", file=sys.stderr)
     return live
+
+
+def judgement(statuses: Sequence[ProjectorStatus], catalog: Catalog | None,
+              now: float | None = None) -> Judgement:
+    """When a reader judges freshness: `judge` of the current layout's statuses' watermark
+    (`watermark_of`) at `now` (default: the wall clock) with the catalog's `outage_hold`
+    (the default without a catalog).  Its `judged_at` is the `now` to pass to every
+    freshness rule (`host_at`, `select`, `explain`, exports)."""
+    hold = catalog.outage_hold_s() if catalog is not None else DEFAULT_OUTAGE_HOLD
+    return judge(watermark_of(statuses), time.time() if now is None else now, hold)
+
+
+def warn_if_holding(judged: Judgement, command: str) -> None:
+    """One warning line on stderr while holding or past `outage_hold` (stdout keeps its
+    shape: `--json`, `crr select`)."""
+    if judged.detail:
+        print(f"crr {command}: warning: {judged.detail}", file=sys.stderr)

@@ -1,29 +1,40 @@
 """A per-host door's view of the snapshot: that host's record, the cluster record, the catalog.
 
-One ordered consumer on CRR_SNAPSHOT filtered to exactly those three subjects
-(last per subject, then live): a bridge beside each of 50k nodes reads three
-records, never the whole snapshot.
+One ordered consumer on CRR_SNAPSHOT filtered to exactly those three subjects and the
+projector's status records (last per subject, then live): a bridge beside each of 50k
+nodes reads a handful of records, never the whole snapshot.  Wants are planned at the
+`judged_at` of those statuses (the projector's watermark, at most `outage_hold` back:
+docs/contract.md, "Freshness at the watermark"); a status record alone does not wake
+the engine.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
+from collections.abc import Mapping
 
+from crr.admin.liveness import judgement
 from crr.bridges.engine import Clock, Planner
 from crr.bus.connection import Connection
 from crr.bus.ordered import OrderedReader, StoredMessage
+from crr.projections.coverage import Coverage
 from crr.projections.exports import NodeWant, plan_host
+from crr.projections.freshness import Judgement
 from crr.schemas.catalog import Catalog
 from crr.schemas.codec import decode
 from crr.schemas.errors import PayloadError
-from crr.schemas.snapshot import ClusterSnapshot, HostSnapshot
+from crr.schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus
 from crr.schemas.subjects import (
     SNAPSHOT_CATALOG,
     SNAPSHOT_CLUSTER,
+    SNAPSHOT_PROJECTOR,
     SNAPSHOT_STREAM,
+    STATUS_PARTITIONS,
     host_snapshot_subject,
+    is_projector_status,
     snapshot_kind,
 )
 
@@ -38,6 +49,11 @@ class HostSource:
         self.record: HostSnapshot | None = None
         self.cluster: ClusterSnapshot | None = None
         self.planner = Planner()
+        self.catalog: Catalog | None = None
+        self.coverage = Coverage()
+        """The projector's status records (their watermark: `judgement`)."""
+        self.judged: Judgement | None = None
+        """The judgement the last wants were planned at (`holding` for the bridge's status)."""
         self.changed = asyncio.Event()
         self.position = 0
         """Last CRR_SNAPSHOT sequence handled."""
@@ -46,7 +62,8 @@ class HostSource:
         self._subject = host_snapshot_subject(host)
         self._reader = OrderedReader(
             nc, stream=SNAPSHOT_STREAM, subject=self._subject, handler=self._on_msg,
-            filter_subjects=[self._subject, SNAPSHOT_CLUSTER, SNAPSHOT_CATALOG])
+            filter_subjects=[self._subject, SNAPSHOT_CLUSTER, SNAPSHOT_CATALOG,
+                             SNAPSHOT_PROJECTOR, STATUS_PARTITIONS])
 
     @property
     def changed_at(self) -> float | None:
@@ -56,9 +73,16 @@ class HostSource:
     def _on_msg(self, m: StoredMessage) -> None:
         self.position = max(self.position, m.seq)
         try:
+            if is_projector_status(m.subject):
+                if m.data:
+                    self.coverage.add(m.subject, m.seq, decode(m.data, ProjectorStatus))
+                else:
+                    self.coverage.remove(m.subject)
+                return  # (no re-plan for a status alone: see the module doc)
             kind = snapshot_kind(m.subject)
             if kind == "catalog":
-                self.planner.set_catalog(decode(m.data, Catalog))
+                self.catalog = decode(m.data, Catalog)
+                self.planner.set_catalog(self.catalog)
             elif kind == "cluster":
                 self.cluster = decode(m.data, ClusterSnapshot) if m.data else None
             elif m.subject == self._subject:
@@ -76,7 +100,15 @@ class HostSource:
         exports = self.planner.exports
         if exports is None:
             return {}
-        return {self.host: plan_host(exports, self.record, self.cluster, now)}
+        judged = self.judged = said(self.judged, self.judgement(now))
+        return on_clock({self.host: plan_host(exports, self.record, self.cluster,
+                                              judged.judged_at)}, judged)
+
+    def judgement(self, now: float | None = None) -> Judgement:
+        """When this host's values are judged at `now` (default: the clock), from the
+        projector's statuses (`crr.admin.liveness.judgement`)."""
+        return judgement(self.coverage.current, self.catalog,
+                         self._clock() if now is None else now)
 
     async def start(self, timeout: float = 30.0) -> None:
         """Subscribe and wait for the initial load."""
@@ -86,3 +118,25 @@ class HostSource:
     async def stop(self) -> None:
         """Unsubscribe."""
         await self._reader.stop()
+
+
+def on_clock(wants: Mapping[str, NodeWant], judged: Judgement) -> dict[str, NodeWant]:
+    """`wants` planned at `judged.judged_at`, with their `expires_at` moved onto the clock
+    (by the lag `now - judged_at`), so the engine does not wake again and again for a
+    deadline the judgement has not reached while it holds."""
+    shift = judged.now - judged.judged_at
+    if shift <= 0:
+        return dict(wants)
+    return {h: w if w.expires_at is None else dataclasses.replace(
+        w, expires_at=w.expires_at + shift) for h, w in wants.items()}
+
+
+def said(before: Judgement | None, now: Judgement) -> Judgement:
+    """`now`, logged when the bridge starts or stops holding (or passes `outage_hold`)."""
+    was = (before.holding, before.expired) if before is not None else (False, False)
+    if (now.holding, now.expired) != was:
+        if now.detail:
+            log.warning("bridge: %s", now.detail)
+        else:
+            log.warning("bridge: caught up with the projector's watermark; no longer holding")
+    return now

@@ -67,7 +67,9 @@ def wants_from_view(view: SchedulerView, exports: CompiledExports, now: float,
     export's compiled expression is run once with `view.select` over all hosts (the
     vectorised evaluator, which the select[] property tests hold to the reference one
     that `plan_table` uses per host) instead of once per host.  Raw values are not
-    exported to Slurm, so they are left out.
+    exported to Slurm, so they are left out.  `now` is the clock: `view.select` judges
+    at the view's `judged_at` for it (the projector's watermark, at most `outage_hold`
+    back: docs/contract.md, "Freshness at the watermark").
     """
     feats: dict[str, set[str]] = {h: set() for h in view.table.hosts()}
     for name, compiled in exports.features.items():
@@ -148,6 +150,16 @@ class SlurmBridge:
         self.door.owned = self._planner.exports.features.keys()
         return self._planner.exports
 
+    def note_judgement(self, now: float) -> None:
+        """Set `holding` from the view's judgement at `now` (docs/contract.md, "Freshness
+        at the watermark"), said in the log at once when it starts or ends."""
+        judged = self.view.judgement(now)
+        holding = judged.detail if judged.holding else None
+        if (holding is None) != (self.holding is None):
+            log.warning("bridge slurm: %s", holding or "caught up with the projector's "
+                        "watermark; no longer holding")
+        self.holding = holding
+
     async def cycle(self) -> Reconciled:
         """Read the view, reconcile Slurm once.  Raises `SchedulerCommandError` when Slurm
         cannot be read."""
@@ -155,6 +167,7 @@ class SlurmBridge:
         position = self.view.projector_position
         exports = self._exports()
         now = self.clock()
+        self.note_judgement(now)
         if exports is not None:
             self._wants = wants_from_view(self.view, exports, now)
         wants = self._wants

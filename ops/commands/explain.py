@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from crr.admin.liveness import warn_unless_live
+from crr.admin.liveness import warn_if_holding, warn_unless_live
 from crr.bus.connection import connect
 from crr.schemas.errors import CrrError
 from crr.view.scheduler_view import loaded_view
@@ -34,9 +34,11 @@ async def run(args: argparse.Namespace) -> int:
                 loaded_view(nc) as view):
         if args.host not in view.table:  # as `crr hosts HOST` says it: not "not selected"
             raise CrrError(f"no snapshot for host(s): {args.host}")
-        why = view.explain(args.expr, args.host)
+        judged = view.judgement()
+        why = view.explain(args.expr, args.host, judged.now)
         note = view.compile(args.expr).note
         warn_unless_live(view.projectors, "explain")
+        warn_if_holding(judged, "explain")
     if note:
         print(f"crr explain: note: {note}", file=sys.stderr)
     if args.json:

@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from crr.admin.liveness import liveness_now, warn_unless_live
+from crr.admin.liveness import judgement, liveness_now, warn_if_holding, warn_unless_live
 from crr.admin.reporter_health import ReporterHealth, reporter_rows, with_deadletters
 from crr.bus.connection import connect
 from crr.bus.errors import describe, nats_errors
@@ -101,6 +101,9 @@ async def run(args: argparse.Namespace) -> int:
             letters = []
     live = (warn_unless_live(contents.projectors, "health") if args.json
             else liveness_now(contents.projectors))
+    judged = judgement(contents.projectors, contents.catalog)
+    if args.json:
+        warn_if_holding(judged, "health")
     rows = with_deadletters(reporter_rows(contents.hosts.values(), contents.cluster),
                             count_deadletters(letters))
     if args.reporter:
@@ -115,4 +118,6 @@ async def run(args: argparse.Namespace) -> int:
             print(render(rows, color=tty,
                          width=shutil.get_terminal_size().columns if tty else None))
         print(f"projector: {live.detail}")
+        if judged.detail:  # holding at the watermark, or past outage_hold
+            print(f"freshness: {judged.detail}")
     return 1 if live.state != "live" or any(r.failing for r in rows) else 0

@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from crr.admin.liveness import liveness_now, warn_unless_live
+from crr.admin.liveness import judgement, liveness_now, warn_if_holding, warn_unless_live
 from crr.bus.connection import connect
 from crr.host_listing import legend, render_host_long, render_hosts
 from crr.projections.freshness import cluster_at, host_at
@@ -87,9 +87,12 @@ async def run(args: argparse.Namespace) -> int:
     async with connect(args.server, creds=args.creds, tls_ca=args.tls_ca,
                        name="crr-hosts") as nc:
         contents = await read_snapshot(nc)
-    now = time.time()
+    # Every value judged at the projector's watermark (at most outage_hold back).
+    judged = judgement(contents.projectors, contents.catalog, time.time())
+    now = judged.judged_at
     live = (warn_unless_live(contents.projectors, "hosts") if args.json
             else liveness_now(contents.projectors))
+    warn_if_holding(judged, "hosts")
     contents.hosts = {name: host_at(snap, now) for name, snap in contents.hosts.items()}
     if contents.cluster is not None:
         contents.cluster = cluster_at(contents.cluster, now)

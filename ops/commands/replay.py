@@ -211,7 +211,9 @@ async def _verify_one(nc: Connection, args: argparse.Namespace, status: Projecto
                       live: dict[str, bytes]) -> bool:
     """Replay one projector's input (a partition's: only what it folds) and compare the
     records it writes; prints the outcome, True when identical."""
-    now = parse_time(status.last_tick)
+    # The projector expires at its watermark (an older one at its tick): replay does too.
+    now = (status.watermark_ts if status.watermark_ts is not None
+           else parse_time(status.last_tick))
     hosts = [args.host] if args.host else None
     k, n = status.partition, status.partitions or 1
     name = "the projector" if k is None else f"partition {k} of {n}"

@@ -1,4 +1,5 @@
-"""`crr select EXPR [--json]`: the hosts that match a `select[]` expression now."""
+"""`crr select EXPR [--json]`: the hosts that match a `select[]` expression now (judged at
+the projector's watermark: a warning line on stderr says when it is holding)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from crr.admin.liveness import warn_unless_live
+from crr.admin.liveness import warn_if_holding, warn_unless_live
 from crr.bus.connection import connect
 from crr.view.scheduler_view import loaded_view
 
@@ -31,8 +32,10 @@ async def run(args: argparse.Namespace) -> int:
                         name="crr-select") as nc,
                 loaded_view(nc) as view):
         compiled = view.compile(args.expr)
-        hosts = view.select(compiled)
+        judged = view.judgement()
+        hosts = view.select(compiled, judged.now)  # judged at judged.judged_at
         warn_unless_live(view.projectors, "select")
+        warn_if_holding(judged, "select")
     if compiled.note:
         print(f"crr select: note: {compiled.note}", file=sys.stderr)
     if args.json:

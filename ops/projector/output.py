@@ -61,6 +61,8 @@ class Output:
         """A status write was acked at a sequence below the previous one (see write_status)."""
         self.status_writes = 0
         self._on_catalog = on_catalog
+        self.watermark: float | None = None
+        """The watermark the fold last expired at (`crr.projector.watermark`): the status's."""
 
     async def load_written(self, *, digest: bool, afresh: bool = False) -> RawRecords:
         """Read what CRR_SNAPSHOT holds now, so unchanged records are not rewritten; the
@@ -131,7 +133,8 @@ class Output:
         now = time.time() if now is None else now
         await self._pos.coverage()
         status = status_record(now, who=self._who, pos=self._pos, cut=self.cut,
-                               origin=self._origin, hosts=self._hosts())
+                               origin=self._origin, hosts=self._hosts(),
+                               watermark=self.watermark)
         subject = status_subject(self._who.partition)
         data = encode(status)
         async with self.writer.fenced() as fence:

@@ -56,6 +56,7 @@ from crr.projector.position import Position
 from crr.projector.snapshot_writer import SnapshotWriter
 from crr.projector.start import Parts, Plan, Start
 from crr.projector.status import Identity, Origin, tick
+from crr.projector.watermark import Watermark
 from crr.schemas.errors import BusError, CrrError, CrrTimeoutError, LeaseLostError
 from crr.schemas.snapshot import RebuildProgress
 from crr.schemas.subjects import SNAPSHOT_STREAM, owns
@@ -145,6 +146,7 @@ class Projector:
         self._peers = Peers(nc, self._pos, partition=partition, partitions=self.partitions,
                             wake=self._wake)
         self._gc = Freezer(gc_freeze)
+        self._watermark = Watermark()
         self._startup = Start(
             nc, Parts(fold=self._fold, input=self._input, output=self._output, pos=self._pos,
                       origin=self._origin, gc=self._gc),
@@ -258,6 +260,7 @@ class Projector:
 
         relay = asyncio.create_task(relay_stop())
         remove_listener = add_reconnect_listener(self._nc, self._checks.on_reconnect)
+        remove_hold = add_reconnect_listener(self._nc, self._reconnected)
         graceful = False
         refiner: asyncio.Task[None] | None = None
         try:
@@ -270,6 +273,7 @@ class Projector:
             if refiner is not None:
                 refiner.cancel()
             remove_listener()
+            remove_hold()
             await self._peers.close()
             await self._checks.close()
             if self._lease is not None:
@@ -296,8 +300,9 @@ class Projector:
         self._retention.check()
         if self._lease is not None and not await self._take_lease(stop):
             return False
-        # Initial load done: bring expiry up to now, then write the differences only.
-        self._fold.expire(tick())
+        # Initial load done (everything stored before it is folded): bring expiry up to
+        # the watermark, then write the differences only.
+        self._fold.expire(self._advance_watermark(tick()))
         try:
             await self._flush()
         except LeaseLostError:
@@ -353,7 +358,11 @@ class Projector:
         now = time.time()
         deadline = self._fold.next_deadline()
         wait = pace.next_status - now
-        if deadline is not None:
+        resume = self._watermark.resume_at
+        if resume is not None or not self._nc.is_connected:
+            # Held (cut off, or after a reconnect): deadlines wait for the watermark.
+            wait = min(wait, (resume or now + wait) - now)
+        elif deadline is not None:
             wait = min(wait, deadline - now)
         if pace.owed:
             wait = min(wait, pace.last_status + STATUS_GAP - now)
@@ -368,7 +377,9 @@ class Projector:
             pace.next_status = 0.0
         await self._input.fold_backlog()
         now = tick()
-        self._fold.expire(now)
+        # Deadlines are judged at the watermark, not the tick: folding a backlog in order
+        # expires exactly what the history says (docs/contract.md).
+        self._fold.expire(self._advance_watermark(now))
         if self._fold.unwritten():
             await self._flush()
             pace.owed = True
@@ -392,6 +403,42 @@ class Projector:
         pace.failures = 0
         self._input.trim(self._pos.pending)
         self._gc.grown(self._fold.state)
+
+    @property
+    def watermark(self) -> float | None:
+        """Every event stored before this time is folded (`crr.projector.watermark`; None:
+        not started)."""
+        return self._watermark.at
+
+    def _advance_watermark(self, now: float) -> float:
+        """The watermark at this round's tick `now` (what the fold expires at and the
+        status carries)."""
+        last = self._fold.last_event
+        at = self._watermark.advance(
+            now, connected=bool(self._nc.is_connected),
+            caught_up=not (self.buffered or self._pos.pending),
+            last_stored=None if last is None else last.time,
+            reconnect_wait=self._reconnect_wait(), reconnect_cap=self._reconnect_cap())
+        self._output.watermark = at
+        return at
+
+    def _reconnected(self) -> None:
+        """NATS is back: hold the watermark for one longest `interval + grace`, so reporters
+        whose reports could not be stored meanwhile report again before it moves on."""
+        wait = self._reconnect_wait()
+        self._watermark.reconnected(time.time(), wait, self._reconnect_cap())
+        log.info("projector: reconnected; watermark held until %.1f s after the first event "
+                 "stored since", wait)
+
+    def _reconnect_cap(self) -> float:
+        """The catalog's `outage_hold` (the longest a reconnect holds the watermark)."""
+        catalog = self._fold.state.catalog
+        return catalog.outage_hold_s() if catalog is not None else 0.0
+
+    def _reconnect_wait(self) -> float:
+        """The catalog's longest `interval + grace` (0 without a catalog)."""
+        catalog = self._fold.state.catalog
+        return catalog.longest_lifetime() if catalog is not None else 0.0
 
     async def _flush(self) -> None:
         """Write what the fold owes: arriving events are held while the records are encoded

@@ -42,6 +42,7 @@ from crr.projector.output import Output
 from crr.projector.position import Position
 from crr.projector.restore import NotRestorable, Restored, restore_from
 from crr.projector.status import Cut, Origin, Rebuild
+from crr.projector.watermark import previous_watermark
 from crr.runtime.gc_pause import gc_paused
 from crr.schemas.subjects import EVENTS_STREAM, SNAPSHOT_STREAM
 from crr.schemas.wire_time import format_time
@@ -133,6 +134,9 @@ class Start:
                 del raw
                 await self._resume(restored)
                 return
+        if self._output.watermark is None:
+            # Readers keep the old records while it rebuilds: they hold at their watermark.
+            self._output.watermark = previous_watermark(raw, self._partition)
         del raw
         await self._fold_history(why)
 

@@ -107,8 +107,9 @@ class Identity:
 
 
 def status_record(now: float, *, who: Identity, pos: Position, cut: Cut, origin: Origin,
-                  hosts: int) -> ProjectorStatus:
-    """The status of `who` at `now` (bring `pos`'s coverage up to date first)."""
+                  hosts: int, watermark: float | None = None) -> ProjectorStatus:
+    """The status of `who` at `now` (bring `pos`'s coverage up to date first); `watermark`
+    the time the fold last expired at (None: not started: claims nothing)."""
     rebuilding = origin.rebuilding
     return ProjectorStatus(
         last_seq=pos.written,
@@ -132,4 +133,6 @@ def status_record(now: float, *, who: Identity, pos: Position, cut: Cut, origin:
         phase="" if rebuilding is None else "rebuilding",
         progress=None if rebuilding is None else rebuilding.progress(pos.pending),
         retained_from=origin.retained_from,
+        watermark="" if watermark is None else format_time(watermark),
+        watermark_ts=watermark,
     )

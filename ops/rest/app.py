@@ -59,6 +59,7 @@ from litestar.static_files import create_static_files_router
 from crr.admin.liveness import silent_after as configured_silent_after
 from crr.admin.reporter_health import ReporterHealth, reporter_rows
 from crr.projections.freshness import (
+    Judgement,
     ProjectorLiveness,
     cluster_at,
     earliest_expiry,
@@ -94,6 +95,9 @@ class SelectResult(msgspec.Struct, frozen=True, kw_only=True):
     at_ts: float
     """The same instant in epoch seconds (the numeric twin)."""
     explanation: Explanation | None = None
+    judgement: Judgement | None = None
+    """When freshness was judged: `judged_at` (= `at_ts`), the watermark, and whether the
+    view is holding (docs/contract.md, "Freshness at the watermark")."""
     ignored_sections: list[Section] = msgspec.field(default_factory=list)
     """For a whole LSF requirement string: its sections other than select (`rusage[...]`,
     `order[...]`, …), which are the scheduler's and were not evaluated."""
@@ -102,7 +106,7 @@ class SelectResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 ProblemCode = Literal["nats_unreachable", "projector_silent", "projector_absent",
-                      "projector_rebuilding"]
+                      "projector_rebuilding", "projector_lagging"]
 _LIVENESS_PROBLEM: dict[str, ProblemCode] = {
     "absent": "projector_absent", "silent": "projector_silent",
     "rebuilding": "projector_rebuilding"}
@@ -143,6 +147,9 @@ class Healthz(msgspec.Struct, frozen=True, kw_only=True):
     """The newest projector status record (for one projector: its status)."""
     projectors: list[ProjectorStatus] = msgspec.field(default_factory=list)
     """The current layout's status records: one, or one per partition in partition order."""
+    judgement: Judgement | None = None
+    """When values are judged now (`judged_at`), the watermark's lag, and whether the view
+    is holding (then `problems` says `projector_lagging`)."""
 
 
 def _current_status(view: SchedulerView, subject: str) -> ProjectorStatus | None:
@@ -199,10 +206,15 @@ class Api:
         return projector_liveness(self.view.projectors, time.time() if now is None else now,
                                   self.silent_after)
 
+    def judged_at(self) -> float:
+        """The time every freshness rule is applied at now (`SchedulerView.judgement`)."""
+        return self.view.judgement().judged_at
+
     def health(self, now: float) -> Healthz:
         """The `/healthz` body at `now` (the view must be loaded)."""
         view = self.view
         live = self.liveness(now)
+        judged = view.judgement(now)
         problems = []
         if not view.connected:
             problems.append(HealthProblem(
@@ -212,8 +224,11 @@ class Api:
             problems.append(HealthProblem(
                 code=_LIVENESS_PROBLEM[live.state],
                 detail=f"projector {live.detail}"))
+        if judged.holding or judged.expired:
+            problems.append(HealthProblem(code="projector_lagging", detail=judged.detail))
         return Healthz(status="unavailable" if problems else "ok", problems=problems,
-                       nats="connected" if view.connected else "unreachable", liveness=live,
+                       judgement=judged, liveness=live,
+                       nats="connected" if view.connected else "unreachable",
                        hosts=len(view.table), position=view.position,
                        projector_position=view.projector_position,
                        projector=view.projector, projectors=view.projectors)
@@ -247,13 +262,13 @@ class Api:
         """`GET /v1/hosts`."""
         self._ready()
         view = self.view
-        now = time.time()
+        at = self.judged_at()
         out = []
         for name in view.table.hosts():
             snap = view.table.get(name)
             if snap is None:
                 continue
-            kept = _filter_host(self.host_now(snap, now), resource, value_state)
+            kept = _filter_host(self.host_now(snap, at), resource, value_state)
             if kept is not None:
                 out.append(kept)
         return out
@@ -266,14 +281,14 @@ class Api:
         snap = self.view.table.get(host)
         if snap is None:
             raise NotFoundException(f"no snapshot for host {host!r}")
-        return self.host_now(snap, time.time())
+        return self.host_now(snap, self.judged_at())
 
     async def cluster(self) -> ClusterSnapshot:
         """`GET /v1/cluster`."""
         self._ready()
         if self.view.cluster is None:
             raise NotFoundException("no cluster snapshot yet (no cluster-scope value)")
-        return cluster_at(self.view.cluster, time.time())
+        return cluster_at(self.view.cluster, self.judged_at())
 
     async def resources(self) -> dict[str, ResourceSpec]:
         """`GET /v1/resources`."""
@@ -310,7 +325,8 @@ class Api:
         """`GET /v1/select`."""
         self._ready()
         view = self.view
-        now = time.time()
+        judged = view.judgement()
+        now, at = judged.now, judged.judged_at
         compiled = view.compile(expr)
         explanation = None
         if explain:
@@ -318,7 +334,8 @@ class Api:
                 raise ValidationException("explain=true needs host=<name>")
             explanation = view.explain(expr, host, now)
         return SelectResult(expression=expr, hosts=view.select(compiled, now),
-                            at=format_time(now), at_ts=now, explanation=explanation,
+                            at=format_time(at), at_ts=at, explanation=explanation,
+                            judgement=judged,
                             ignored_sections=list(compiled.ignored_sections),
                             note=compiled.note)
 
@@ -360,14 +377,15 @@ class Api:
                 except SubjectError:
                     return None
                 snap = view.table.get(name)
-                data = (msgspec.json.encode(self.host_now(snap, time.time()))
+                data = (msgspec.json.encode(self.host_now(snap, self.judged_at()))
                         if snap is not None
                         else msgspec.json.encode({"host": name, "removed": True}))
                 return ServerSentEventMessage(event="host", data=data.decode())
             case "cluster" if view.cluster is not None:
                 return ServerSentEventMessage(
                     event="cluster",
-                    data=msgspec.json.encode(cluster_at(view.cluster, time.time())).decode())
+                    data=msgspec.json.encode(cluster_at(view.cluster,
+                                                        self.judged_at())).decode())
             case "catalog" if view.catalog is not None:
                 return ServerSentEventMessage(
                     event="catalog", data=msgspec.json.encode(view.catalog.resources).decode())
@@ -381,6 +399,11 @@ class Api:
     def _liveness_message(self) -> ServerSentEventMessage:
         return ServerSentEventMessage(event="liveness",
                                       data=msgspec.json.encode(self.liveness()).decode())
+
+    def _judgement_message(self) -> ServerSentEventMessage:
+        """When values are judged now, and whether the view is holding (the page's banner)."""
+        return ServerSentEventMessage(
+            event="judgement", data=msgspec.json.encode(self.view.judgement()).decode())
 
     async def stream(self) -> AsyncIterator[ServerSentEventMessage]:
         """Changed records as SSE messages; coalesced per subject, until shutdown."""
@@ -398,6 +421,7 @@ class Api:
         try:
             yield ServerSentEventMessage(event="hello", data=str(self.view.position))
             yield self._liveness_message()
+            yield self._judgement_message()
             next_liveness = loop.time() + self.liveness_interval
             while not self.closing.is_set():
                 waiting = waiter = asyncio.ensure_future(wake.wait())
@@ -407,6 +431,7 @@ class Api:
                 waiting.cancel()
                 if loop.time() >= next_liveness:
                     yield self._liveness_message()  # also keeps proxies from closing it
+                    yield self._judgement_message()
                     next_liveness = loop.time() + self.liveness_interval
                 if not done:
                     continue

@@ -24,7 +24,7 @@ import numpy as np
 
 from crr.admin.host_status import HostStatus, host_status
 from crr.admin.reporter_health import is_failing
-from crr.projections.freshness import ProjectorLiveness, earliest_expiry, host_at
+from crr.projections.freshness import Judgement, ProjectorLiveness, earliest_expiry, host_at
 from crr.projections.host_table import BoolArray, HostTable, IntArray
 from crr.projections.select import Section
 from crr.schemas.errors import CrrError
@@ -68,6 +68,8 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     """`GET /v1/summary`: the counts at the top of the status page."""
 
     at: float
+    """When the counts were judged: `judged_at` (the projector's watermark, at most
+    `outage_hold` back; the clock while it is live)."""
     hosts: int
     host_status: dict[str, int]
     """Hosts per STATUS (ok, failing, stale, unknown, empty)."""
@@ -80,6 +82,9 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     """The projector's liveness now (state, last status age, lag, detail)."""
     position: int
     projector_position: int
+    judgement: Judgement | None = None
+    """When the counts were judged (`judged_at`, the projector's watermark at most
+    `outage_hold` back) and whether the view is holding (the page's banner)."""
 
 
 class Counts(msgspec.Struct, frozen=True, kw_only=True):

@@ -42,7 +42,7 @@ from crr.admin.liveness import silent_after
 from crr.admin.reporter_health import ReporterHealth
 from crr.history.host_timeline import read_timeline, retention
 from crr.history.latency import ReporterLatency, SlowReport, collect, slowest, summarize
-from crr.projections.freshness import ProjectorLiveness, projector_liveness
+from crr.projections.freshness import Judgement, ProjectorLiveness, projector_liveness
 from crr.projections.select import Explanation
 from crr.projections.select.columnar import truth
 from crr.projections.timeline import HostTimeline
@@ -169,7 +169,8 @@ class PageApi:
     ) -> HostPage:
         """`GET /v1/host-table`."""
         self._ready()
-        return self._host_page(time.time(), offset=offset, limit=limit, match=match,
+        # Freshness at the watermark (crr.admin.liveness.judgement), as every reader.
+        return self._host_page(self.view.judged_at, offset=offset, limit=limit, match=match,
                                status=status, reporter_state=reporter_state, sort=sort,
                                select=select)
 
@@ -212,25 +213,28 @@ class PageApi:
         values, the bridges' marks and the page's defaults, all at one `now`."""
         self._ready()
         view = self.view
-        now, summary, failing, failing_total = self._judged()
+        judged, summary, failing, failing_total = self._judged()
+        now = judged.judged_at
         table = self._host_page(now, offset=offset, limit=limit, match=match, status=status,
                                 reporter_state=reporter_state, sort=sort, select=select)
-        return PageView(at=now, summary=summary, table=table,
+        return PageView(at=now, summary=summary, table=table, judgement=judged,
                         marks=self.judge.marks(view.table, table, view.catalog, now),
                         failures=failing, failures_total=failing_total,
                         cluster=cluster_now(view.cluster, now),
                         display=self.judge.display(view.catalog),
                         projectors=list(view.projectors))
 
-    def _judged(self) -> tuple[float, Summary, list[ReporterHealth], int]:
-        """(now, the summary, the failing rows, how many) for a `/v1/page` answer.
+    def _judged(self) -> tuple[Judgement, Summary, list[ReporterHealth], int]:
+        """(the judgement, the summary, the failing rows, how many) for a `/v1/page` answer.
 
         The counts and the failing rows (each a walk over every host: ~0.5 s at 50k)
         are reused while the view has applied no host, cluster or catalog record since
         and no counted value has expired (`Counts.until`): they are then exactly what a
-        walk at `now` would find.  Everything is judged at one `now`."""
+        walk at `now` would find.  Everything is judged at one `now`: the judgement's
+        `judged_at` (the projector's watermark, at most `outage_hold` back)."""
         view = self.view
-        now = time.time()
+        judged = view.judgement()
+        now = judged.judged_at
         cached = self._paint
         if cached is None or cached[0] != self._records or now >= cached[1].until:
             self.facts.prune(len(view.table))
@@ -239,14 +243,16 @@ class PageApi:
             failing, total = failures(view.table, self.facts, view.cluster, now)
             cached = self._paint = (key, counts, failing, total)
         _, counts, failing, total = cached
-        return now, self._summary_of(counts, now), failing, total
+        return judged, self._summary_of(counts, judged), failing, total
 
-    def _summary_of(self, counts: Counts, now: float) -> Summary:
+    def _summary_of(self, counts: Counts, judged: Judgement) -> Summary:
         view = self.view
-        return Summary(at=now, hosts=counts.hosts, host_status=counts.host_status,
+        now = judged.now  # (liveness at the clock; the counts, `at`, at judged_at)
+        return Summary(at=judged.judged_at, hosts=counts.hosts, host_status=counts.host_status,
                        values=counts.values, reporters=counts.reporters,
                        failing_reporters=counts.failing_reporters, liveness=self.live(now),
-                       position=view.position, projector_position=view.projector_position)
+                       position=view.position, projector_position=view.projector_position,
+                       judgement=judged)
 
     async def summary(self) -> Summary:
         """`GET /v1/summary` (reused for `SUMMARY_TTL` s)."""
@@ -259,9 +265,11 @@ class PageApi:
         return self._summary
 
     def summary_at(self, now: float) -> Summary:
-        """The summary at `now` (uncached)."""
+        """The summary at `now` (uncached), its counts judged at `judged_at`."""
         self.facts.prune(len(self.view.table))
-        return self._summary_of(count_hosts(self.view.table, self.facts, now), now)
+        judged = self.view.judgement(now)
+        return self._summary_of(count_hosts(self.view.table, self.facts, judged.judged_at),
+                                judged)
 
     async def timeline(
         self,

@@ -29,7 +29,7 @@ from crr.admin.reporter_health import (
     reporter_rows,
 )
 from crr.projections.exports import CompiledExports, compile_exports, plan_in_table
-from crr.projections.freshness import cluster_at
+from crr.projections.freshness import Judgement, cluster_at
 from crr.projections.host_table import HostTable
 from crr.projections.select import compile_select
 from crr.rest.host_query import HostFacts, HostPage, Summary
@@ -101,6 +101,9 @@ class PageView(msgspec.Struct, frozen=True, kw_only=True):
     display: Display
     projectors: list[ProjectorStatus] = msgspec.field(default_factory=list)
     """The status records of the current layout's projectors (one per partition)."""
+    judgement: Judgement | None = None
+    """`at` is its `judged_at` (the projector's watermark, at most `outage_hold` back);
+    whether the view is holding (the page's banner)."""
 
 
 def example_expression(catalog: Catalog | None) -> str | None:

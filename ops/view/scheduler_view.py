@@ -78,11 +78,12 @@ from typing import Final
 
 import msgspec
 
+from crr.admin.liveness import judgement
 from crr.bus.connection import Connection
 from crr.bus.follower import Follower
 from crr.bus.ordered import StoredMessage
 from crr.projections.coverage import Coverage
-from crr.projections.freshness import status_age
+from crr.projections.freshness import Judgement, status_age
 from crr.projections.host_table import LOAD_CHUNK, HostTable
 from crr.projections.record.columns import COLUMNS_HEADER
 from crr.projections.select import CompiledSelect, Explanation, compile_select, explain
@@ -328,21 +329,40 @@ class SchedulerView:
         self._compiled[expr] = compiled
         return compiled
 
+    def judgement(self, now: float | None = None) -> Judgement:
+        """When this view judges freshness at `now` (default: the clock): at the projector's
+        watermark, at most `outage_hold` back (`crr.admin.liveness.judgement`); with
+        `holding`, `lag` and a `detail` line.  A view cut off from NATS keeps its last
+        statuses, so it holds the same way."""
+        statuses = self.projectors or ([self.projector] if self.projector else [])
+        return judgement(statuses, self.catalog, self._clock() if now is None else now)
+
+    @property
+    def judged_at(self) -> float:
+        """The time `select`/`explain` judge freshness at now (`judgement().judged_at`)."""
+        return self.judgement().judged_at
+
+    @property
+    def lag(self) -> float | None:
+        """Seconds the projector's watermark lags the clock (None: no status yet)."""
+        return self.judgement().lag
+
     def select(self, expr: str | CompiledSelect, now: float | None = None) -> list[str]:
-        """Sorted names of the hosts where `expr` is TRUE at `now` (default: the clock).
+        """Sorted names of the hosts where `expr` is TRUE, judged at `judgement(now)`'s
+        `judged_at` (`now` default: the clock).
 
         Raises NotReadyError before the initial load, ExpressionError for a bad
         expression (with the column of the offending token).
         """
         self._require_ready()
         compiled = self.compile(expr) if isinstance(expr, str) else expr
-        return compiled.select(self.table, self._clock() if now is None else now)
+        return compiled.select(self.table, self.judgement(now).judged_at)
 
     def explain(self, expr: str, host: str, now: float | None = None) -> Explanation:
-        """Why `host` is or is not selected by `expr` at `now` (`.render()` for people)."""
+        """Why `host` is or is not selected by `expr`, judged at `judgement(now)`'s
+        `judged_at` (`.render()` for people)."""
         self._require_ready()
-        return explain(self.compile(expr), self.table, host,
-                       self._clock() if now is None else now)
+        return explain(self.compile(expr), self.table, host, self.judgement(now).judged_at)
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call `listener(subject)` after each applied record; returns the unsubscribe function.

@@ -193,3 +193,6 @@ async def test_status_page_shows_a_stopped_projector_and_stale_values(
         stale = await until(cdp, page, "(c => c && c.state === 'stale' && c)"
                                        "(crrStatus.cell('node1', 'scratch_free'))")
         assert stale["text"] == "~500"
+        banner = await until(cdp, page, "(b => !b.hidden && b.textContent)"
+                                        "(document.querySelector('#banner'))")
+        assert "past outage_hold (1 s)" in banner

@@ -9,7 +9,8 @@ catalog from before a reporter's `tty`: they must still decode.
 `*.before_checkpoint.json` are records from before the checkpoint fields
 (numeric time twins, `rejected_total`, `missing`, the status's catalog and
 start): they decode with those fields' defaults.
-`projector_status.before_next_due.json` is a status of checkpoint format 1, from
+`projector_status.before_watermark.json` is a status from before `watermark`/
+`watermark_ts`.  `projector_status.before_next_due.json` is a status of checkpoint format 1, from
 before `next_due_ts`.  `forget.reporter.json` is a Forget of one reporter's row, the
 field added after `forget.json`'s whole-host Forget, which keeps its bytes.
 `bridge_release.json` is `crr bridge release slurm`'s admin event.
@@ -23,10 +24,12 @@ from typing import Any
 import msgspec
 import pytest
 
+from crr.projections.freshness import watermark_of
 from crr.schemas.catalog import Catalog
 from crr.schemas.codec import decode, decode_event, encode
 from crr.schemas.events import BridgeRelease, DeadLetter, Forget, Health, Inventory, Report
 from crr.schemas.snapshot import ClusterSnapshot, HostSnapshot, ProjectorStatus
+from crr.schemas.wire_time import parse_time
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
@@ -77,6 +80,24 @@ def test_status_from_before_partitions_decodes() -> None:
     assert msgspec.structs.replace(old, covered_seq=current.covered_seq) == current
 
 
+_NO_WATERMARK: dict[str, Any] = {"watermark": "", "watermark_ts": None}
+"""The status's watermark fields as an older writer (before them) leaves them."""
+
+
+def test_status_from_before_watermark_decodes() -> None:
+    """A status written before `watermark`/`watermark_ts` decodes with their defaults, so
+    readers judge it at its `last_tick` (`crr.projections.freshness.watermark_of`);
+    today's sample carries both, equal."""
+    old = decode((GOLDEN / "projector_status.before_watermark.json").read_bytes(),
+                 ProjectorStatus)
+    new = decode((GOLDEN / "projector_status.json").read_bytes(), ProjectorStatus)
+    assert (old.watermark, old.watermark_ts) == ("", None)
+    assert watermark_of([old]) == parse_time(old.last_tick)
+    assert (new.watermark, new.watermark_ts) == ("2027-01-15T08:00:19.500Z", 1800000019.5)
+    assert parse_time(new.watermark) == new.watermark_ts == watermark_of([new])
+    assert msgspec.structs.replace(new, **_NO_WATERMARK) == old
+
+
 def test_status_from_before_next_due_decodes() -> None:
     """A status of checkpoint format 1 (before `next_due_ts`) decodes with None there,
     otherwise equal to today's sample; today's says format 2 and a bound."""
@@ -85,7 +106,7 @@ def test_status_from_before_next_due_decodes() -> None:
     new = decode((GOLDEN / "projector_status.json").read_bytes(), ProjectorStatus)
     assert (old.checkpoint, old.next_due_ts) == (1, None)
     assert (new.checkpoint, new.next_due_ts) == (2, 1800000045.5)
-    assert msgspec.structs.replace(new, checkpoint=1, next_due_ts=None) == old
+    assert msgspec.structs.replace(new, checkpoint=1, next_due_ts=None, **_NO_WATERMARK) == old
 
 
 def test_status_from_before_rebuild_progress_decodes() -> None:
@@ -94,7 +115,7 @@ def test_status_from_before_rebuild_progress_decodes() -> None:
     old = decode((GOLDEN / "projector_status.before_rebuild.json").read_bytes(), ProjectorStatus)
     new = decode((GOLDEN / "projector_status.json").read_bytes(), ProjectorStatus)
     assert (old.phase, old.progress, old.retained_from) == ("", None, None)
-    assert old == new
+    assert old == msgspec.structs.replace(new, **_NO_WATERMARK)
     rebuilding = decode((GOLDEN / "projector_status.rebuilding.json").read_bytes(),
                         ProjectorStatus)
     assert rebuilding.phase == "rebuilding"
@@ -115,7 +136,7 @@ def test_records_from_before_checkpoint_decode(name: str, type_: type[Any]) -> N
     if type_ is ProjectorStatus:
         assert (old.checkpoint, old.catalog_seq, old.start) == (0, 0, "")
         assert msgspec.structs.replace(new, checkpoint=0, catalog_seq=0, catalog_digest="",
-                                       start="", next_due_ts=None) == old
+                                       start="", next_due_ts=None, **_NO_WATERMARK) == old
         return
     assert old.as_of.ts is None
     assert new.as_of.ts is not None

@@ -31,6 +31,7 @@ from tests.support.rest import served_api
 
 SHORT_YAML = """
 version: 1
+outage_hold: 1s
 resources:
   scratch_free: {kind: numeric, scope: host, reporter: scratch, interval: 1s, min: 0}
   matlab_free:  {kind: numeric, scope: cluster, reporter: flexlm, interval: 1s}
@@ -39,6 +40,8 @@ reporters:
   flexlm:  {type: external, interval: 1s}
 """
 SILENT_AFTER = 1.0
+"""(With `outage_hold: 1s`: a stopped projector's values are judged at the clock less 1 s
+once its watermark lags by more than `HOLDING_AFTER` — they expire on every surface.)"""
 
 
 async def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -67,7 +70,8 @@ async def test_every_surface_tells_a_stopped_projector_and_stale_values(
     nc: Client, nats_url: str, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Stop the projector: every surface shows the values stale and the projector silent."""
+    """Stop the projector: past `outage_hold` every surface shows the values stale and the
+    projector silent and lagging."""
     monkeypatch.setenv(SILENT_AFTER_ENV, str(SILENT_AFTER))
     server = ["--server", nats_url]
     await publish_catalog(nc, load_catalog_text(SHORT_YAML))
@@ -95,7 +99,7 @@ async def test_every_surface_tells_a_stopped_projector_and_stale_values(
         r = await eventually(unhealthy, 10, "/healthz 503 once the projector is silent")
         body = r.json()
         assert body["status"] == "unavailable"
-        assert [p["code"] for p in body["problems"]] == ["projector_silent"]
+        assert next(p["code"] for p in body["problems"]) == "projector_silent"
         assert body["nats"] == "connected"
         assert body["liveness"]["state"] == "silent"
         assert body["liveness"]["last_status_age"] > SILENT_AFTER
@@ -105,7 +109,17 @@ async def test_every_surface_tells_a_stopped_projector_and_stale_values(
             r = await http.get("/v1/hosts/node1")
             return bool(r.json()["values"]["scratch_free"]["state"] == "stale")
 
-        await eventually(expired, 10, "scratch_free past its expires_at")
+        await eventually(expired, 10, "scratch_free past its expires_at + outage_hold")
+
+        async def lagging_said() -> dict[str, Any] | None:
+            body: dict[str, Any] = (await http.get("/healthz")).json()
+            return body if len(body["problems"]) == 2 else None
+
+        lagging = await eventually(lagging_said, 10, "projector_lagging once 2.5 s behind")
+        assert [p["code"] for p in lagging["problems"]] == ["projector_silent",
+                                                           "projector_lagging"]
+        assert lagging["judgement"]["expired"] is True
+        assert lagging["judgement"]["detail"].startswith("past outage_hold (1 s)")
         one = (await http.get("/v1/hosts/node1")).json()["values"]["scratch_free"]
         assert one["value"] is None
         assert one["last_value"] == 812.5
@@ -145,6 +159,7 @@ async def test_every_surface_tells_a_stopped_projector_and_stale_values(
     assert snaps[0]["values"]["scratch_free"]["state"] == "stale"
     assert snaps[0]["values"]["scratch_free"]["last_value"] == 812.5
     assert "crr hosts: warning: projector silent" in err
+    assert "crr hosts: warning: past outage_hold (1 s)" in err
     code, out, _ = await cli(capsys, "hosts", *server)
     assert code == 0
     assert "~812.5" in out
@@ -152,13 +167,15 @@ async def test_every_surface_tells_a_stopped_projector_and_stale_values(
     code, out, _ = await cli(capsys, "health", *server)
     assert code == 1  # every reporter looks ok, but nobody is watching them
     assert "projector: silent" in out
+    assert "freshness: past outage_hold (1 s)" in out
     code, out, err = await cli(capsys, "health", "--json", *server)
     assert code == 1
-    assert all(not row["failing"] for row in json.loads(out))
+    assert all(not row["failing"] for row in json.loads(out)), out
     assert "crr health: warning: projector silent" in err
     code, out, err = await cli(capsys, "select", "scratch_free > 0", "--json", *server)
     assert (code, json.loads(out)) == (0, [])
     assert "crr select: warning: projector silent" in err
+    assert "crr select: warning: past outage_hold (1 s)" in err
     code, out, err = await cli(capsys, "explain", "scratch_free > 0", "--host", "node1", *server)
     assert code == 0
     assert "stale" in out

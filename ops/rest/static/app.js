@@ -17,6 +17,7 @@
     loadId: Math.random().toString(36).slice(2), // unchanged unless the page reloads
     connected: false, loaded: false, updates: 0, liveness: null, view: "hosts", paints: 0,
     page: null,  // the last /v1/page answer painted
+    judgement: null,  // the server's: judged_at, holding (the banner)
     total: null, refreshes: 0, selectError: null, timeline: null, latency: null, host: null,
     cell(host, resource) {  // what a test (or a curious operator) sees in one cell
       const td = document.querySelector(
@@ -100,8 +101,20 @@
     if (!keys.length) span.append("none");
     return span;
   }
+  // While the projector's watermark lags, values are judged at it (the server's
+  // judged_at, never the browser's clock): a banner says so.
+  function showJudgement(j) {
+    const banner = $("#banner");
+    if (!j || !j.detail) { banner.hidden = true; return; }
+    banner.hidden = false;
+    banner.className = j.expired ? "banner expired" : "banner";
+    banner.textContent = j.holding
+      ? `crr is holding values at the projector's watermark — ${j.detail}`
+      : `values are expiring again — ${j.detail}`;
+  }
   function paintSummary(s) {
     status.summary = s;
+    showJudgement(s.judgement);
     $("#sum-hosts").textContent = s.hosts;
     $("#sum-status").replaceChildren(counts(s.host_status, ["failing", "stale", "unknown", "ok", "empty"]));
     $("#sum-values").replaceChildren(counts(s.values, ["fresh", "stale", "unknown"]));
@@ -570,6 +583,13 @@
       const live = JSON.parse(e.data);
       const shown = status.liveness;
       if (!shown || shown.state !== live.state || live.state !== "live") scheduleRefresh();
+    });
+    es.addEventListener("judgement", (e) => {
+      const j = JSON.parse(e.data);
+      const was = status.judgement;
+      status.judgement = j;
+      showJudgement(j);
+      if (was && (was.holding !== j.holding || was.expired !== j.expired)) scheduleRefresh();
     });
     es.addEventListener("projector", () => scheduleRefresh());
     es.onerror = () => {
