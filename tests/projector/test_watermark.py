@@ -186,6 +186,7 @@ async def test_catching_up_after_a_stop_writes_no_stale_then_fresh(
 @pytest.mark.parametrize("hosts", [
     pytest.param(("n1",), id="one-host"),
     pytest.param(("n1", "n2"), id="two-hosts"),
+    pytest.param(("n1", "n2", "n3", "n4"), id="four-hosts"),
 ])
 async def test_a_nats_server_restart_writes_no_stale_then_fresh(
         server_and_client: tuple[NatsServer, Client], hosts: tuple[str, ...]) -> None:
@@ -213,7 +214,7 @@ async def test_a_nats_server_restart_writes_no_stale_then_fresh(
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(
                         publish_report(nc, "ticker", host, {"load": float(n)}, seq=n), 0.5)
-                await asyncio.sleep(0.4 if len(hosts) > 1 else 0.25)
+                await asyncio.sleep(0.25 if len(hosts) == 1 else 1.2 / len(hosts))
 
     reconnected = asyncio.Event()
     nc.options["crr_reconnect_listeners"].append(reconnected.set)
