@@ -128,7 +128,10 @@ class SlurmBridge:
         self.holding: str | None = None
         """Set (with why: the watermark, the lag, `N s of outage_hold left`) while crr's own
         input is behind and the bridge holds the last state: its Health says `holding`.
-        The freshness judgement sets it (issue 39 part 1); None: not holding."""
+        The freshness judgement sets it (docs/contract.md, "Freshness at the watermark");
+        None: not holding."""
+        self._expired: str | None = None
+        """The judgement's detail while crr's own outage outlasted `outage_hold` (said once)."""
         self.history: deque[tuple[float, Change]] = deque(maxlen=1024)
         """The latest changes the gate let through, with the cycle's time (newest last)."""
         self._changed = asyncio.Event()
@@ -155,10 +158,18 @@ class SlurmBridge:
         at the watermark"), said in the log at once when it starts or ends."""
         judged = self.view.judgement(now)
         holding = judged.detail if judged.holding else None
-        if (holding is None) != (self.holding is None):
-            log.warning("bridge slurm: %s", holding or "caught up with the projector's "
-                        "watermark; no longer holding")
-        self.holding = holding
+        expired = judged.detail if judged.expired else None
+        if (holding is None) != (self.holding is None) or (
+                (expired is None) != (self._expired is None)):
+            if holding is not None:
+                log.warning("bridge slurm: %s", holding)
+            elif expired is not None:
+                log.warning("bridge slurm: %s; the state the values now say goes through the "
+                            "guard like any change", expired)
+            else:
+                log.warning("bridge slurm: caught up with the projector's watermark; no "
+                            "longer holding")
+        self.holding, self._expired = holding, expired
 
     async def cycle(self) -> Reconciled:
         """Read the view, reconcile Slurm once.  Raises `SchedulerCommandError` when Slurm

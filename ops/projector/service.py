@@ -329,7 +329,8 @@ class Projector:
                     break
                 pace.next_status = 0.0
             wait = self._wait(pace)
-            if not self._fold.dirty and not self._peers.status_due and wait > 0:
+            idle = not self._fold.dirty or self._watermark.holds_writes(time.time())
+            if idle and not self._peers.status_due and wait > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), wait)
             self._wake.clear()
@@ -364,6 +365,9 @@ class Projector:
             wait = min(wait, (resume or now + wait) - now)
         elif deadline is not None:
             wait = min(wait, deadline - now)
+        writes_from = self._watermark.writes_from
+        if writes_from is not None and writes_from > now:  # what waits for the write hold
+            wait = min(wait, writes_from - now)
         if pace.owed:
             wait = min(wait, pace.last_status + STATUS_GAP - now)
         return wait
@@ -375,12 +379,13 @@ class Projector:
             with nats_errors():
                 await self._startup.start_over()
             pace.next_status = 0.0
+            self._watermark.write_now()
         await self._input.fold_backlog()
         now = tick()
         # Deadlines are judged at the watermark, not the tick: folding a backlog in order
         # expires exactly what the history says (docs/contract.md).
         self._fold.expire(self._advance_watermark(now))
-        if self._fold.unwritten():
+        if self._fold.unwritten() and not self._watermark.holds_writes(now):
             await self._flush()
             pace.owed = True
         # A status right behind the records it covers (stream order), so readers of

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Final
 
 from crr.projections.freshness import status_watermark
 from crr.projector.checkpoint_read import RawRecords
@@ -28,6 +29,13 @@ from crr.schemas.codec import decode
 from crr.schemas.errors import PayloadError
 from crr.schemas.snapshot import ProjectorStatus
 from crr.schemas.subjects import status_subject
+
+WRITES_BACK: Final = 5.0
+"""Seconds after a reconnect (after the first event stored since, once there is one) for
+which the projector writes no record (`Watermark.holds_writes`), at most one longest
+`interval + grace`: a reporter cut off by the same outage has stored its buffered report
+again by then (clients reconnect within `crr.bus.retry.RECONNECT`'s 2 s cap, jittered
+25%; the outbox retries within `PUBLISH`'s 2 s)."""
 
 
 @dataclass
@@ -43,6 +51,8 @@ class Watermark:
     """After a reconnect, until an event stored after it is folded: when it came back."""
     wait: float = 0.0
     """The hold after the first event stored after a reconnect."""
+    writes_from: float | None = None
+    """After a reconnect: the tick from which records are written again (`holds_writes`)."""
 
     def reconnected(self, tick: float, wait: float, cap: float = 0.0) -> None:
         """The NATS connection came back at `tick`: hold until `wait` seconds (the catalog's
@@ -51,10 +61,31 @@ class Watermark:
         if self.reconnect_at is None:  # (the listener and a round may both say so)
             self.reconnect_at, self.wait = tick, 0.0
         self.wait = max(self.wait, wait)
+        self.writes_from = max(self.writes_from or 0.0, tick + min(self.wait, WRITES_BACK))
         self.resume_at = max(self.resume_at or 0.0, tick + max(self.wait, cap))
 
     cut_off: bool = False
     """A round saw the connection down (and none has seen it back yet)."""
+
+    def holds_writes(self, tick: float) -> bool:
+        """Whether the projector writes no record at `tick`: cut off, or for `WRITES_BACK`
+        seconds after a reconnect.  The fold expires up to each event's stored
+        time (`crr.projections.fold.apply`), so the first reports stored after a server
+        outage mark every value stale whose reporter's own report, delayed by the outage
+        too, has not been stored yet; written then, they would flap stale → fresh.  Held
+        until one longest `interval + grace` after the first event stored since, the
+        records written say what the reporters said once each had its
+        chance to report again: a value whose reporter did not is stale, honestly.  With no
+        event stored after the reconnect, the hold ends one `interval + grace` after it."""
+        if self.writes_from is not None and tick >= self.writes_from and (
+                self.reconnect_at is None):
+            self.writes_from = None
+        return self.cut_off or (self.writes_from is not None and tick < self.writes_from)
+
+    def write_now(self) -> None:
+        """Records must go out now whatever the hold (a rebuild after a stream went
+        backwards rewrites what CRR_SNAPSHOT lost: readers have nothing meanwhile)."""
+        self.writes_from = None
 
     def advance(self, tick: float, *, connected: bool, caught_up: bool,
                 last_stored: float | None, reconnect_wait: float = 0.0,
@@ -72,6 +103,8 @@ class Watermark:
                 and last_stored is not None and last_stored >= self.reconnect_at):
             # The stream takes reports again: one interval + grace from now on.
             self.resume_at = min(self.resume_at, last_stored + self.wait)
+            self.writes_from = max(self.writes_from or 0.0,
+                                   last_stored + min(self.wait, WRITES_BACK))
             self.reconnect_at = None
         held = not connected or (self.resume_at is not None and tick < self.resume_at)
         if self.at is not None and held:
