@@ -94,9 +94,10 @@ def apply_typed(state: ProjectionState, env: Envelope, addr: EventAddress) -> bo
         if v is not None and v is not UNSET:
             setattr(vals, attr, sorted(set(v)))
     decoded = astuple(vals)
-    if UNSET in decoded:
-        names = tuple(n for n, v in zip(rp.names, decoded, strict=True) if v is not UNSET)
-        decoded = tuple(v for v in decoded if v is not UNSET)
+    if UNSET in decoded:  # a partial report: `to_builtins` leaves out what is UNSET (its
+        # value types, int/float/bool/str/list[str]/None, come back as they are)
+        values: dict[str, Any] = msgspec.to_builtins(vals)
+        names, decoded = tuple(values), tuple(values.values())
         keyset: AbstractSet[str] = frozenset(names)
     else:
         names, keyset = rp.names, rp.keyset
