@@ -90,8 +90,7 @@ def _recatalog(
         # the newer batch below cannot bring the overwritten value back.
         seen: set[str] = set()
         for batch in reversed(rs.batches):
-            values = batch.values
-            batch.keyset = values.keys()  # (edited below: not the plan's set of names)
+            values = batch.values  # (a copy: edited below, then put back)
             shadowed = seen.intersection(values)
             seen.update(values)
             for name in shadowed:
@@ -109,6 +108,8 @@ def _recatalog(
                 elif old_lifetimes.get(name) != state.plan.lifetimes[name] and not (
                         batch.stale and name in batch.stale):
                     changed = True
+            batch.names, batch.vals = tuple(values), tuple(values.values())
+            batch.keyset = frozenset(values)  # (not the plan's set of names)
             if not values:
                 batch.dead = True
         rs.batches = [b for b in rs.batches if not b.dead]

@@ -63,6 +63,7 @@ def record_of(snap: CheckpointRecord) -> Record:
         reporter, one = fast
         groups[reporter] = {(one.received_at, one.observed_at): one}
         held[reporter] = set(one.keyset)
+    grouped: dict[tuple[str, tuple[float, str]], dict[str, Any]] = {}  # each batch's values
     for name, v in snap.values.items() if fast is None else ():
         if v.received_ts is None or v.expires_ts is None:
             raise CheckpointError(f"value {name!r} has no received_ts/expires_ts")
@@ -70,16 +71,22 @@ def record_of(snap: CheckpointRecord) -> Record:
         by_key = groups.setdefault(v.reporter, {})
         batch: Batch | None = by_key.get(key)
         if batch is None:
-            values: dict[str, Any] = {}
-            batch = by_key[key] = Batch(values, v.observed_at, v.received_ts, values.keys())
+            batch = by_key[key] = Batch((), (), v.observed_at, v.received_ts, frozenset())
+            grouped[v.reporter, key] = {}
+        values = grouped[v.reporter, key]
         if v.state == "stale":
-            batch.values[name] = v.last_value
+            values[name] = v.last_value
             if batch.stale is None:
                 batch.stale = {}
             batch.stale[name] = v.expires_ts
         else:
-            batch.values[name] = v.value
+            values[name] = v.value
         held.setdefault(v.reporter, set()).add(name)
+    for (reporter, key), values in grouped.items():
+        batch = groups[reporter][key]
+        batch.names = tuple(sorted(values))  # (a batch's names in name order)
+        batch.vals = tuple(values[n] for n in batch.names)
+        batch.keyset = frozenset(batch.names)
     rec = Record(as_seq=snap.as_of.seq, as_time=snap.as_of.ts)
     for name, st in snap.reporters.items():
         rs = _reporter(name, st, held.get(name, set()))
@@ -110,8 +117,9 @@ def _one_batch(snap: CheckpointRecord) -> tuple[str, Batch] | None:
     if len({(v.reporter, v.received_ts, v.observed_at, v.state == "stale",
              v.expires_ts is None) for v in entries}) != 1 or first.state == "stale":
         return None
-    vals = {n: v.value for n, v in values.items()}
-    return first.reporter, Batch(vals, first.observed_at, first.received_ts, vals.keys())
+    names = tuple(sorted(values))
+    return first.reporter, Batch(names, tuple(values[n].value for n in names),
+                                 first.observed_at, first.received_ts, frozenset(names))
 
 
 def place(state: ProjectionState, host: str | None, snap: CheckpointRecord) -> None:

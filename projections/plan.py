@@ -40,7 +40,9 @@ class ReporterPlan(msgspec.Struct, frozen=True, kw_only=True):
     """Decodes a Report only if every value it sets is one of `rules`, valid (the rest
     left `msgspec.UNSET`): a full report sets them all, a partial one some."""
     set_names: tuple[str, ...]
-    """The string sets among `names` (sorted after the typed decode)."""
+    """The string sets among `names`."""
+    set_fields: tuple[str, ...]
+    """Attributes of `decoder`'s values struct that are string sets (sorted after decoding)."""
     uniform_life: float | None
     """The lifetime every resource of `rules` shares, when they share one."""
     silent_life: float
@@ -106,6 +108,8 @@ def compile_plan(catalog: Catalog) -> CatalogPlan:
             rules=table, names=names, keyset=frozenset(names),
             decoder=_report_decoder(key[0], names, table),
             set_names=tuple(n for n in names if table[n].kind == "string_set"),
+            set_fields=tuple(f"f{i}" for i, n in enumerate(names)
+                             if table[n].kind == "string_set"),
             uniform_life=lives.pop() if len(lives) == 1 else None,
             silent_life=reporter_life[key[0]],
         )
@@ -122,8 +126,8 @@ def _report_decoder(reporter: str, names: tuple[str, ...],
 
     The values struct's fields are `f0`, `f1`, ... (renamed to the resource
     names on the wire) in the order of `names` (sorted); `crr.projections.reports.apply_typed`
-    makes the dict of the values a report sets of it (`msgspec.to_builtins` leaves out
-    what is `UNSET`), in name order.
+    stores the values a report sets of it as its `astuple`, without what is `UNSET`
+    (`crr.projections.state.Batch`), in name order.
     """
     fields: list[tuple[str, Any, Any]] = [
         (f"f{i}", value_type(rules[n]) | msgspec.UnsetType, msgspec.UNSET)

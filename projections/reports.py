@@ -11,8 +11,8 @@ A report is validated one of two ways, then stored by the one `store`:
   generically, is checked value by value; rejected values are counted on the
   reporter with their reasons.
 
-Either way `store` records the accepted values: as one `Batch` (its values a
-dict in name order), the reporter's status, the deadlines (every deadline
+Either way `store` records the accepted values: as one `Batch` (its names and
+values two tuples in name order), the reporter's status, the deadlines (every deadline
 through `crr.projections.deadlines.push`).
 """
 
@@ -22,6 +22,8 @@ from collections.abc import Set as AbstractSet
 from typing import Any, Final
 
 import msgspec
+from msgspec import UNSET
+from msgspec.structs import astuple
 
 from crr.projections.changes import Acc
 from crr.projections.deadlines import new_reporter, push
@@ -84,29 +86,35 @@ def apply_typed(state: ProjectionState, env: Envelope, addr: EventAddress) -> bo
         return False
     if report.reporter != reporter or report.host != host:
         return False
-    # The values it sets, in name order: the typed struct's fields are the names, sorted,
-    # renamed, and `to_builtins` leaves out what is UNSET (its value types,
-    # int/float/bool/str/list[str]/None, come back as they are).
-    values: dict[str, Any] = msgspec.to_builtins(report.values)
-    for name in rp.set_names:
-        v = values.get(name)
-        if v is not None:
-            values[name] = sorted(set(v))
-    # A report of every resource its reporter owns shares the plan's set of names.
-    names = rp.keyset if len(values) == len(rp.names) else values.keys()
+    # The values it sets, in name order: the typed struct's fields are the names, sorted
+    # (renamed); a full report leaves nothing `UNSET` and shares the plan's names.
+    vals = report.values
+    for attr in rp.set_fields:
+        v = getattr(vals, attr)
+        if v is not None and v is not UNSET:
+            setattr(vals, attr, sorted(set(v)))
+    decoded = astuple(vals)
+    if UNSET in decoded:  # a partial report: `to_builtins` leaves out what is UNSET (its
+        # value types, int/float/bool/str/list[str]/None, come back as they are)
+        values: dict[str, Any] = msgspec.to_builtins(vals)
+        names, decoded = tuple(values), tuple(values.values())
+        keyset: AbstractSet[str] = frozenset(names)
+    else:
+        names, keyset = rp.names, rp.keyset
     t = env.received_at
-    store(state, host, reporter, values, names, report.observed_at, t, (env.seq, t), 0,
-          _NO_REASONS, rp)
+    store(state, host, reporter, names, decoded, keyset, report.observed_at, t, (env.seq, t),
+          0, _NO_REASONS, rp)
     return True
 
 
 def store(  # noqa: PLR0917 - positional: the hot path calls it once per report
-    state: ProjectionState, host: str | None, reporter: str, values: dict[str, Any],
-    names: AbstractSet[str], observed_at: str, t: float, at: tuple[int, float],
-    rejected: int = 0, reasons: list[str] = _NO_REASONS, rp: ReporterPlan | None = None,
+    state: ProjectionState, host: str | None, reporter: str, keys: tuple[str, ...],
+    vals: tuple[Any, ...], names: AbstractSet[str], observed_at: str, t: float,
+    at: tuple[int, float], rejected: int = 0, reasons: list[str] = _NO_REASONS,
+    rp: ReporterPlan | None = None,
 ) -> None:
-    """The one store: record a report's accepted `values` (in name order; `names`: a set
-    of the same names), observed at `observed_at`, received at `t`: the reporter's
+    """The one store: record a report's accepted values (`keys`, in name order, and their
+    `vals`; `names`: a set of `keys`), observed at `observed_at`, received at `t`: the reporter's
     batches, its status, the deadlines.  `rejected` values were refused (`reasons`: the
     first few).  The record is stamped `at` (sequence, time).  `rp`: the reporter's plan
     for this scope, when the caller has it."""
@@ -128,12 +136,12 @@ def store(  # noqa: PLR0917 - positional: the hot path calls it once per report
                        and 0.0 < last.due <= deadline and state.refresh_in_place
                        ) else _refreshable(state, batches, names, deadline)
         if old is not None:
-            old.values, old.keyset = values, names
+            old.names, old.vals, old.keyset = keys, vals, names
             old.observed_at, old.received_at, old.due = observed_at, t, deadline
         else:
             if len(batches) > 1 or batches[0].keyset <= names:
                 _drop_shadowed(batches, names)
-            batch = Batch(values, observed_at, t, names, due=deadline)
+            batch = Batch(keys, vals, observed_at, t, names, due=deadline)
             batches.append(batch)
             push(state, deadline, host, reporter, batch)
         silent_at = t + rp.silent_life  # type: ignore[union-attr]  # (uniform: rp is set)
@@ -150,7 +158,7 @@ def store(  # noqa: PLR0917 - positional: the hot path calls it once per report
     plan = state.plan
     silent_at = t + plan.reporter_lifetime(reporter)
     if names:
-        batch = Batch(values, observed_at, t, names)
+        batch = Batch(keys, vals, observed_at, t, names)
         batches = rs.batches
         if not batches:
             batches.append(batch)
@@ -279,9 +287,12 @@ def apply_report(
                 reasons.append(checked.reason)
             continue
         accepted[name] = checked
-    if list(accepted) != sorted(accepted):  # a batch's values are in name order
+    keys = tuple(accepted)
+    if list(keys) != sorted(keys):  # a batch's values are in name order
         accepted = dict(sorted(accepted.items()))
-    store(state, host, reporter, accepted, accepted.keys(), observed_at=report.observed_at,
+        keys = tuple(accepted)
+    store(state, host, reporter, keys, tuple(accepted.values()), frozenset(keys),
+          observed_at=report.observed_at,
           t=received_at, at=(acc.at_seq, acc.at_time), rejected=rejected,
           reasons=reasons or _NO_REASONS)
     acc.touch(host)

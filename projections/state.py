@@ -12,8 +12,9 @@ and dict order never leaks (the codec encodes with sorted keys).
 Layout, chosen for the hot path (one report of ~20 values, validated by a
 typed msgspec decoder) and for memory (50k hosts x 20 values):
 
-- a `Batch` is the dict of values one report set (in name order), with its
-  times; no per-value objects.  A reporter's batches on a host are kept oldest first;
+- a `Batch` is the values one report set (names and values, two tuples in name
+  order), with its times; no per-value objects, no dict per report.  A
+  reporter's batches on a host are kept oldest first;
   a value's current entry is the newest batch holding its name, and a batch
   whose names a later report all re-set is dropped (`dead`).  `expires_at`
   is derived (`received_at` + the catalog's lifetime), so a catalog change
@@ -54,16 +55,22 @@ HEAP_FLOOR = 4096
 
 
 class Batch(msgspec.Struct, gc=False):
-    """The values one report set on a host, with that report's times (never in a cycle)."""
+    """The values one report set on a host, with that report's times (never in a cycle).
 
-    values: dict[str, Any]
-    """Canonical values accepted from the report (None: unknown), in name order (the
-    order the encoder sorts keys in: `crr.projections.record.body` joins them as they come)."""
+    Its values are two tuples, `names` and `vals` (no dict per report: a report of
+    every resource its reporter owns shares the plan's `names` and stores the typed
+    decode's `msgspec.structs.astuple`); `values` is the dict of them."""
+
+    names: tuple[str, ...]
+    """The names it holds, in name order (the order the encoder sorts keys in:
+    `crr.projections.record.body` joins them as they come)."""
+    vals: tuple[Any, ...]
+    """Canonical values accepted from the report (None: unknown), one per `names`."""
     observed_at: str
     received_at: float
     keyset: AbstractSet[str]
-    """The names this batch holds: `values.keys()`, or for a report of every resource its
-    reporter owns the plan's set of them (`crr.projections.plan.ReporterPlan.keyset`)."""
+    """The names this batch holds as a set: for a report of every resource its reporter
+    owns the plan's set of them (`crr.projections.plan.ReporterPlan.keyset`)."""
     stale: dict[str, float] | None = None
     """Names of this batch that went stale, with their `stale_since`."""
     dead: bool = False
@@ -83,14 +90,18 @@ class Batch(msgspec.Struct, gc=False):
         report rate x lifetime (at 20k reports/s x 15 s, ~250k dead batches).
         """
         self.dead = True
-        self.values = _NO_VALUES
+        self.names = self.vals = ()
         self.stale = None
         self.keyset = _NO_NAMES
 
+    @property
+    def values(self) -> dict[str, Any]:
+        """name -> canonical value, in name order (a new dict: edit `names`/`vals`)."""
+        return dict(zip(self.names, self.vals, strict=True))
 
-_NO_VALUES: dict[str, Any] = {}
-"""A dead batch's values (shared: a dead batch is never edited)."""
+
 _NO_NAMES: AbstractSet[str] = frozenset()
+"""A dead batch's names (shared: a dead batch is never edited)."""
 
 
 class InventorySlot(msgspec.Struct):

@@ -84,14 +84,14 @@ def _encoded_values(state: ProjectionState, rec: Record,
             stale = b.stale
             if not stale and uniform is not None:
                 # The steady state: a report of values of one lifetime, all fresh.
-                values = b.values.values()
+                values = b.vals
                 if None not in values:
                     head, tail = _form(reporter, b, received, uniform)
-                    out.update(zip(b.values, [raw(head + enc(v) + tail) for v in values],
+                    out.update(zip(b.names, [raw(head + enc(v) + tail) for v in values],
                                    strict=True))
                     continue
             forms: dict[float, tuple[bytes, bytes]] = {}  # lifetime -> (head, tail)
-            for name, value in b.values.items():
+            for name, value in zip(b.names, b.vals, strict=True):
                 since = stale.get(name) if stale else None
                 if since is not None:
                     at = fmt(since)
@@ -120,20 +120,20 @@ def _one_batch(state: ProjectionState, rec: Record, scope: str) -> msgspec.Raw |
     all fresh and known, of one lifetime (a host's steady state), encoded in one piece;
     else None.
 
-    A batch's names are in sorted order already (`crr.projections.state.Batch.values`),
+    A batch's names are in sorted order already (`crr.projections.state.Batch.names`),
     the order the encoder sorts keys in, so the entries are joined as they come."""
     ((reporter, rs),) = rec.reporters.items()
     if len(rs.batches) != 1:
         return None
     b = rs.batches[0]
     uniform = state.plan.uniform_life.get((reporter, scope))
-    if b.stale or uniform is None or not b.values:
+    if b.stale or uniform is None or not b.names:
         return None
-    values = b.values.values()
+    values = b.vals
     if None in values:
         return None
     head, tail = _form(reporter, b, fmt(b.received_at), uniform)
-    joints = _joints(tuple(b.values), tail)
+    joints = _joints(b.names, tail)
     if joints is None:
         return None
     first, after = joints

@@ -94,7 +94,7 @@ def host_columns(state: ProjectionState, host: str) -> str | None:
         uniform = state.plan.uniform_life.get((reporter, "host"))
         if len(rs.batches) == 1 and uniform is not None:
             b = rs.batches[0]
-            if not b.stale and b.values:  # (one expiry: every value goes in `v`)
+            if not b.stale and b.names:  # (one expiry: every value goes in `v`)
                 return _columns_bytes(b"".join((
                     b'{"e":', encode_sorted(b.received_at + uniform), b',"host":',
                     encode_sorted(host), b',"v":', encode_sorted(b.values), b"}")))
@@ -113,7 +113,7 @@ def _uniform_columns(host: str, rs: ReporterRecord, life: float) -> dict[str, An
     entries: dict[str, tuple[Any, float]] = {}
     for b in rs.batches:
         expires = b.received_at + life
-        for name, value in b.values.items():
+        for name, value in zip(b.names, b.vals, strict=True):
             entries[name] = (value, expires)
     e = Counter(at for _, at in entries.values()).most_common(1)[0][0] if entries else None
     v: dict[str, Any] = {}

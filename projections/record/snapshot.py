@@ -40,7 +40,7 @@ def value_entries(state: ProjectionState, rec: Record) -> dict[str, ValueEntry]:
             received = fmt(b.received_at)
             stale = b.stale
             expiry: dict[float, str] = {}  # lifetime -> expires_at (one per batch, mostly)
-            for name, value in b.values.items():
+            for name, value in zip(b.names, b.vals, strict=True):
                 since = stale.get(name) if stale else None
                 if since is not None:
                     at = fmt(since)

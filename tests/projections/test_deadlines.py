@@ -51,7 +51,7 @@ def test_push_keeps_the_heap_ordered_by_due_then_push_order(dues: list[float]) -
 def test_push_names_the_batch_whose_values_come_due() -> None:
     """An entry carries the batch it settles (None: silence, inventory, overdue)."""
     state = ProjectionState()
-    batch = Batch({"a": 1}, "obs", T0, {"a": 1}.keys())
+    batch = Batch(("a",), (1,), "obs", T0, frozenset({"a"}))
     push(state, T0 + 5, "n1", "scratch", batch)
     push(state, T0 + 3, None, "flexlm", None)
     first, second = heapq.heappop(state.heap), heapq.heappop(state.heap)
