@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from crr.admin.nats_auth import identities, reporter_identity
 from crr.schemas.catalog_loader import load_catalog, load_catalog_text
 from tests.support.security import CATALOG_YAML
@@ -20,6 +22,7 @@ def _nats_config(*args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True, text=True, timeout=60, check=False)
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 def test_files_are_private_and_rerunning_keeps_the_keys(tmp_path: Path) -> None:
     """Mode 0600 files in 0700 dirs; a second run with one more host keeps every existing key."""
     hosts = tmp_path / "hosts.txt"

@@ -164,6 +164,7 @@ async def test_host_cannot_pose_as_an_external_host_scope_reporter_or_lie_in_the
         assert "nodeB" not in rig.projector.state.hosts
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 async def test_view_role_reads_but_cannot_publish_or_create_streams(tmp_path: Path) -> None:
     """`view` loads the scheduler view and `crr hosts`; publishing and stream admin are refused."""
     async with secure_rig(tmp_path) as rig:

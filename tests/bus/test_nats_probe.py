@@ -88,6 +88,7 @@ async def test_a_service_says_cannot_reach_within_two_seconds(
     assert line.startswith("cannot reach NATS at nats://127.0.0.1:1")
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 async def test_a_list_with_a_nats_server_in_it_connects(http_port: int, nats_url: str) -> None:
     """The probe judges the list, not each entry: one real NATS server is enough."""
     nc = await open_connection(f"nats://127.0.0.1:{http_port},{nats_url}", attempts=5)

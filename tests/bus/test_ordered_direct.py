@@ -191,6 +191,7 @@ async def test_a_server_restart_resumes_after_the_last_message(nats_server: Nats
         await reader.stop()
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 async def test_a_stalled_server_waits_until_the_backlog_is_handled(nc: Client) -> None:
     """A handler that waits long: the server stalls on its flow-control window and says so
     in its idle heartbeats; those are not answered while received messages wait, so no

@@ -305,6 +305,7 @@ async def _publish_hosts(nc: Client, count: int) -> None:
     await asyncio.wait_for(js.publish_async_completed(), 60)
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 async def test_projector_stops_mid_rebuild_and_mid_restore(nc: Client, nats_url: str) -> None:
     """A first start rebuilds from CRR_EVENTS (signalled once it says it is rebuilding;
     its start-up to "ready" takes ~1.7 s for 40k hosts here); a later start restores

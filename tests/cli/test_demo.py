@@ -65,6 +65,7 @@ async def test_piped_demo_says_what_it_shows_and_prints_one_table() -> None:
     assert len(lines) < 40, len(lines)  # not a table per refresh
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 async def test_demo_on_a_terminal_redraws_the_table() -> None:
     """With stdout a terminal the table is redrawn every --refresh (clear screen, header)."""
     leader, follower = pty.openpty()
@@ -100,6 +101,7 @@ async def test_demo_on_a_terminal_redraws_the_table() -> None:
     assert "sim03" not in out  # one simulated host: no deliberate failure to announce
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 async def test_secure_demo_says_which_credentials_to_use() -> None:
     """With --secure, the second-terminal lines also export the read-only credentials."""
     proc = await _demo("--secure", "--duration", "1", "--hosts", "1")

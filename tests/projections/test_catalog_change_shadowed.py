@@ -12,6 +12,7 @@ Now `_recatalog` drops shadowed names from older batches first.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,6 +45,7 @@ REPORTS = st.lists(st.fixed_dictionaries({}, optional={
     "scratch_total": st.sampled_from([1e3, 2e3, 9e3])}), min_size=1, max_size=12)
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @settings(max_examples=200, deadline=None)
 @given(reports=REPORTS)
 def test_after_a_catalog_change_each_value_is_its_last_report_or_gone(

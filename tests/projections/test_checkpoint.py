@@ -73,6 +73,7 @@ def restarted(state: ProjectionState, now: float,
     return again
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @settings(max_examples=80, deadline=None)
 @given(evs=events(), data=st.data())
 def test_restarts_anywhere_give_the_same_bytes(evs: list[Envelope], data: Any) -> None:
@@ -93,6 +94,7 @@ def test_restarts_anywhere_give_the_same_bytes(evs: list[Envelope], data: Any) -
     assert snapshot_bytes(state) == snapshot_bytes(reference)
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @pytest.mark.parametrize("bounded", [False, True])
 @settings(max_examples=80, deadline=None)
 @given(evs=events(), data=st.data())
@@ -272,6 +274,7 @@ def test_records_of_an_older_writer_are_refused() -> None:
         record_of(decode_record(encode(old)))
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @settings(max_examples=80, deadline=None)
 @given(evs=events(), data=st.data())
 def test_records_newer_than_the_status_are_not_applied_twice(

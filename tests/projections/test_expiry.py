@@ -6,6 +6,7 @@ came due is settled, each stamped with its own deadline (never with `now`).
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -116,6 +117,7 @@ def test_the_entry_of_a_batch_refreshed_in_place_goes_back_at_its_new_time() -> 
     assert snap(state, "n1").values["scratch_free"].stale_since == "2027-01-15T08:00:19.000Z"
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @settings(max_examples=60, deadline=None)
 @given(evs=events(),
        steps=st.lists(st.floats(0, 30, allow_nan=False), min_size=1, max_size=8))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import msgspec
+import pytest
 
 from crr.projections.fold import Changes, apply, expire, fold, next_deadline
 from crr.projections.record.snapshot import cluster_snapshot, host_names
@@ -331,6 +332,7 @@ def test_unknown_subject_dead_lettered_and_deadletter_subject_skipped() -> None:
     assert apply(state, raw_env(4, T0, DEADLETTER, b"whatever")) == Changes()
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 def test_huge_report_handled() -> None:
     """A ~10 MB payload is decoded and its values refused, or dead-lettered: never a crash."""
     state = given_catalog()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -145,6 +146,7 @@ def stale_set(state: ProjectionState) -> set[tuple[str, str]]:
 SETTINGS = settings(max_examples=60, deadline=None)
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @SETTINGS
 @given(evs=events(), cut=st.integers(min_value=0, max_value=30), extra=st.floats(0, 100))
 def test_concatenation_equals_two_steps(evs: list[Envelope], cut: int, extra: float) -> None:
@@ -155,6 +157,7 @@ def test_concatenation_equals_two_steps(evs: list[Envelope], cut: int, extra: fl
     assert snapshot_bytes(whole) == snapshot_bytes(split)
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @SETTINGS
 @given(evs=events(), data=st.data())
 def test_intermediate_expiry_does_not_change_result(evs: list[Envelope], data: Any) -> None:
@@ -188,6 +191,7 @@ def test_expiry_is_monotonic(evs: list[Envelope], steps: list[float]) -> None:
         seen = current
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @SETTINGS
 @given(evs=st.one_of(events(), steady_events()), extra=st.floats(0, 100))
 def test_fast_path_agrees_with_value_by_value_path(evs: list[Envelope], extra: float) -> None:
@@ -263,6 +267,7 @@ def test_partial_after_other_values_agrees_at_every_step() -> None:
         assert snapshot_bytes(fast) == snapshot_bytes(slow)
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @SETTINGS
 @given(evs=events(), extra=st.floats(0, 100))
 def test_heap_compaction_changes_nothing(evs: list[Envelope], extra: float) -> None:
@@ -282,6 +287,7 @@ def test_heap_compaction_changes_nothing(evs: list[Envelope], extra: float) -> N
     assert all(e.batch is None or not e.batch.dead for e in compacted.heap)
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @SETTINGS
 @given(evs=st.one_of(steady_events(), events()), extra=st.floats(0, 100),
        ticks=st.lists(st.sampled_from([None, None, 0.5, 1.0, 14.5]), min_size=40,
@@ -322,6 +328,7 @@ def _missing_by_the_rule(state: ProjectionState, rs: Any, reporter: str) -> list
                   if current.get(n, False) or (n not in current and n in overdue))
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @SETTINGS
 @given(evs=st.one_of(steady_events(), events()),
        ticks=st.lists(st.sampled_from([None, None, 0.5, 14.5, 40.0]), min_size=40,

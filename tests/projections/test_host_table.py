@@ -327,6 +327,7 @@ def _assert_same_table(bulk: HostTable, one_by_one: HostTable, strict_pool: bool
     assert bulk._cluster_values.keys() == one_by_one._cluster_values.keys()
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_SNAPSHOTS, max_size=90))
 def test_load_equals_upserts(snaps: list[HostSnapshot]) -> None:

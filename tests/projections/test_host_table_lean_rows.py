@@ -78,6 +78,7 @@ _TWIN_SAFE_SNAPSHOTS = _SNAPSHOTS.filter(
 """Snapshots whose every expires_at parses (a projector writes only those, with twins)."""
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @settings(max_examples=150, deadline=None)
 @given(st.lists(_SNAPSHOTS, max_size=40), st.booleans(), st.integers(1, 7))
 def test_lean_rows_equal_the_full_decode(snaps: list[HostSnapshot], bulk: bool,
@@ -104,6 +105,7 @@ def test_lean_rows_equal_the_full_decode(snaps: list[HostSnapshot], bulk: bool,
     _assert_same_table(lean, full, strict_pool=False, same_docs=False)
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @settings(max_examples=100, deadline=None)
 @given(st.lists(_TWIN_SAFE_SNAPSHOTS, max_size=30), st.booleans())
 def test_twins_give_the_columns_of_the_strings(snaps: list[HostSnapshot], bulk: bool) -> None:
@@ -253,6 +255,7 @@ def _columns(record: bytes, mode: str, k: int) -> str | None:
     return encode(columns_of(snap.host, snap.values)).decode()
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(_SNAPSHOTS, max_size=12), min_size=1, max_size=6),
        st.lists(st.sampled_from(["h0", "h1", "h2", "a", "b"]), max_size=3),

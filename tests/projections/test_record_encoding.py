@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -37,6 +38,7 @@ def assert_records_match(state: ProjectionState) -> None:
     assert cluster_record(state) == encode(cluster_snapshot(state))
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @settings(max_examples=150, deadline=None)
 @given(evs=events(), data=st.data())
 def test_records_match_the_structs_after_any_events(evs: list[Envelope], data: Any) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -152,6 +153,7 @@ def tables(draw: st.DrawFn) -> HostTable:
     return table
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(expr=bool_expr(3), table=tables(), dt=st.sampled_from([0.0, 0.0, 30.0, 50.0, -100.0]))
 def test_columnar_agrees_with_reference(expr: str, table: HostTable, dt: float) -> None:
@@ -166,6 +168,7 @@ def test_columnar_agrees_with_reference(expr: str, table: HostTable, dt: float) 
     assert compiled.select(table, now) == expected
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(a=bool_expr(2), b=bool_expr(2), table=tables(),
        op=st.sampled_from(["&&", "||", "and", "or"]))

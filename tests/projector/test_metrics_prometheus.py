@@ -51,6 +51,7 @@ async def _scrape_until(url: str, patterns: list[str]) -> str:
         return text
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 async def test_projector_agent_and_api_serve_prometheus_metrics(
     nc: Client, nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -34,6 +34,7 @@ class _Moving(Exception):
     """The consumer is still being delivered messages."""
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @pytest.mark.skipif(PUBLIC_PATHS_FORCED, reason="backpressure by messages handled is the "
                     "flow_control fast path; CRR_NATS_FAST=0 forces nats-py's answers")
 async def test_reader_backpressure_leaves_the_backlog_in_the_stream(nc: Client) -> None:
@@ -156,6 +157,7 @@ async def test_burst_with_held_events_is_exact(
         assert "byte-identical" in out
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @pytest.mark.skipif(PUBLIC_PATHS_FORCED, reason="the bound is the fast ordered-consumer "
                     "path's backlog; CRR_NATS_FAST=0 forces nats-py's queue")
 async def test_behind_the_projector_buffers_a_bounded_amount(

@@ -392,6 +392,7 @@ async def test_bad_events_met_by_a_rebuild_go_to_dead_letters(nc: Client) -> Non
         await sub.unsubscribe()
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 async def test_a_rebuild_killed_half_way_starts_again_and_ends_the_same(
         nc: Client, nats_url: str, tmp_path: Path) -> None:
     """`kill -9` of a real `crr projector` while it rebuilds (its `rebuilding` status is
@@ -476,6 +477,7 @@ async def test_snapshot_deleted_under_a_running_projector_is_written_again(
     await assert_verified(nc, nats_url, capsys, 1)
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 async def test_a_server_that_does_not_answer_at_start_is_retried(
         nc: Client, nats_url: str, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:

@@ -143,6 +143,7 @@ async def until(devtools: DevTools, session: str, predicate: str, within_ms: int
     return result["result"].get("value")
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 async def test_status_page_updates_live_without_reload(nc: Client, tmp_path: Path) -> None:
     """A value change and a stale transition reach the open page over SSE; it never reloads."""
     async with running_api(nc) as rig:
@@ -173,6 +174,7 @@ async def test_status_page_updates_live_without_reload(nc: Client, tmp_path: Pat
         assert rig.api.page_loads == 1
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 async def test_status_page_shows_a_stopped_projector_and_stale_values(
         nc: Client, tmp_path: Path) -> None:
     """The projector stops: the page says it is silent (last status age, lag) and shows the

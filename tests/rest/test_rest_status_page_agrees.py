@@ -106,6 +106,7 @@ def assert_agrees(p: dict[str, Any]) -> None:
     assert not re.search(r"\d:\d\d:\d\d\s?[AP]M", p["body"]), "a locale time on the page"
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 async def test_the_page_agrees_with_itself_after_load_and_after_changes(
         nc: Client, tmp_path: Path) -> None:
     """After load and after each change pushed over the event stream, one answer paints

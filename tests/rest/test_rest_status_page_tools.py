@@ -86,6 +86,7 @@ async def viewport(cdp: DevTools, page: str) -> None:
                    deviceScaleFactor=1, mobile=False)
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 async def test_select_box_narrows_live_and_shows_the_caret(nc: Client, tmp_path: Path) -> None:
     """Typing an expression narrows the table; a value change brings a host in; an invalid
     expression shows the caret; a huge one a clear message."""

@@ -32,6 +32,7 @@ async def _last_seq(nc: Client) -> int:
     return int(info.state.last_seq)
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 async def test_applied_rejected_and_deadlettered_reports(nc: Client, nats_url: str) -> None:
     """Applied → exit 0; a rejected value → exit 1 with the reason; a report on the wrong kind
     of subject → exit 1 before anything is published, with the reason; the same event from
@@ -93,6 +94,7 @@ async def test_report_before_any_catalog_is_pending(nc: Client, nats_url: str) -
         "once `crr catalog apply` has run"]
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 async def test_no_projector_times_out_in_one_line(nc: Client, nats_url: str) -> None:
     """No projector: the wait is bounded by --timeout and says why; --no-wait exits 0."""
     ran = await crr("report", "--server", nats_url, "--reporter", "flexlm", "--timeout", "1s",
@@ -176,6 +178,7 @@ async def test_outcome_with_reporter_credentials(tmp_path: Path) -> None:
         assert bad.err_lines == ["rejected: matlab_free: -3 is below the minimum 0"]
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 async def test_deadletter_with_reporter_credentials_is_one_clear_line(tmp_path: Path) -> None:
     """A reporter's credentials cannot read CRR_EVENTS: a dead-lettered report still gets one
     line saying it was not applied and why its reason cannot be read.  (`crr report` now

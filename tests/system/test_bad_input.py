@@ -77,6 +77,7 @@ async def test_down_server_is_one_precise_line() -> None:
         assert "last error: )" not in line
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 async def test_fresh_server_says_to_start_the_projector(nats_url: str) -> None:
     """No streams yet: the listing commands say what to do, not `NotFoundError … 10059`."""
     commands = [["hosts"], ["health"], ["select", "x > 1"], ["explain", "x > 1", "--host", "a"],

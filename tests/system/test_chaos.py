@@ -56,6 +56,7 @@ def _assert_passed(result: ChaosResult) -> None:
     assert result.verify_ok, f"seed {seed}: crr replay --verify failed:\n{result.verify_output}"
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @pytest.mark.timeout(90)
 async def test_chaos_short_fixed_seed(tmp_path: Path) -> None:
     """Seed 27 on one server: after a late first start, projector kills, CRR_SNAPSHOT

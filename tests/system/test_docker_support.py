@@ -49,6 +49,7 @@ def test_refusing_daemon_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
         docker_client()
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 def test_partition_tests_skip_with_the_reason(tmp_path: Path) -> None:
     """`pytest -m docker` without a daemon: every docker test is skipped, saying why."""
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path / 'absent.sock'}"}

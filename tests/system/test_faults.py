@@ -160,6 +160,7 @@ printf '{"values": {"tick": 1}}\\n'
 """
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 async def test_agent_killed_values_stale_on_time_then_new_boot(
     nc: Client, tmp_path: Path
 ) -> None:

@@ -66,6 +66,7 @@ async def sse_event(url: str, name: str, timeout: float = 10.0) -> dict[str, Any
     raise AssertionError(f"no {name} event")
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 async def test_every_surface_tells_a_stopped_projector_and_stale_values(
     nc: Client, nats_url: str, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,

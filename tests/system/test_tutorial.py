@@ -109,6 +109,7 @@ def test_the_page_parses_into_the_journey() -> None:
     assert all(s.expected for s in page.steps if s.command.startswith(("crr hosts", "crr explain")))
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 def test_the_tutorial_runs(tmp_path: Path) -> None:
     page = parse(TUTORIAL.read_text())
     record = os.environ.get("CRR_TUTORIAL_RECORD") == "1"

@@ -232,6 +232,7 @@ async def test_bad_records_are_reported_and_the_rest_served(
     assert any("host half does not decode in full" in m for m in messages)
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 async def test_the_view_keeps_no_object_tree_per_host(nc: Client) -> None:
     """The objects the cyclic GC tracks (what makes its pauses long) stay near one per host
     after the load — a string set's frozenset — and repeated live updates of the same hosts

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,6 +54,7 @@ def _message(seq: int, step: HostSnapshot | str, pending: int, twins: bool) -> S
                          _with_twins(data) if twins else data, None, pending)
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @settings(max_examples=150, deadline=None)
 @given(_STEPS, st.sampled_from([1, 3, 1024]), st.sampled_from(EXPRESSIONS))
 def test_staged_records_give_the_answers_of_records_applied_at_once(

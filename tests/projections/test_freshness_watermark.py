@@ -7,6 +7,7 @@ Readers judge every value at `judged_at = min(now, max(watermark, now - outage_h
 from __future__ import annotations
 
 import msgspec
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -105,6 +106,7 @@ def test_watermark_of_takes_the_minimum_and_an_older_writers_tick() -> None:
     assert watermark_of([text_only]) == T0 - 3
 
 
+@pytest.mark.slow  # ≥ 2 s: the default suite stays under 5 min; `.ci/run` runs -m slow
 @given(st.lists(st.floats(min_value=0.0, max_value=50.0), min_size=1, max_size=8),
        st.floats(min_value=0.0, max_value=120.0))
 def test_judged_at_the_watermark_equals_the_fold_without_an_outage(
