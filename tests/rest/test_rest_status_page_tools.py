@@ -135,6 +135,11 @@ async def test_select_box_narrows_live_and_shows_the_caret(nc: Client, tmp_path:
             assert caret_line.strip() == "^"
             assert expr_line[caret_line.index("^"):].startswith("datasets")
             await screenshot(cdp, page, "main-caret")
+            # While it stays invalid the page still paints (header, summaries and tables from
+            # one answer, for the last valid expression), as the projector's statuses arrive.
+            paints = await until(cdp, page, "crrStatus.paints")
+            assert await until(cdp, page, f"crrStatus.paints > {paints} && "
+                                          "crrStatus.selectError && crrStatus.paints")
             # Huge and malicious expressions: a clear message, the page stays responsive.
             await typed(cdp, page, "#select", "(" * 3000 + "scratch_free > 1" + ")" * 3000)
             assert "nested too deeply" in (await until(

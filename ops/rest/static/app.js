@@ -11,7 +11,7 @@
   const OVERSCAN = 20;         // rows fetched above and below the visible ones
   const MAX_EXPR = 8192;       // the server's limit (projections/select/compiled.py)
   const REFRESH_MS = 400;      // at most one table refresh per this, however many events
-  const TIMEOUT_MS = 20000;
+  const { getJSON, TIMEOUT_MS } = window.crrFetch;  // fetch.js
 
   const status = window.crrStatus = {
     loadId: Math.random().toString(36).slice(2), // unchanged unless the page reloads
@@ -59,35 +59,6 @@
     const p = $("#page-error");
     p.hidden = !text;
     p.textContent = text || "";
-  }
-
-  // GET a JSON document; a problem detail (4xx/5xx) becomes an Error with .problem.
-  async function getJSON(path, params) {
-    const q = new URLSearchParams();
-    for (const [k, v] of Object.entries(params || {})) {
-      if (v !== null && v !== undefined && v !== "") q.set(k, v);
-    }
-    const url = q.toString() ? `${path}?${q}` : path;
-    const ctl = new AbortController();
-    const timer = setTimeout(() => ctl.abort(), TIMEOUT_MS);
-    let r;
-    try {
-      r = await fetch(url, { headers: { Accept: "application/json" }, signal: ctl.signal });
-    } catch (e) {
-      throw new Error(e.name === "AbortError" ? `${path}: no answer in ${TIMEOUT_MS / 1000} s`
-        : `${path}: cannot reach the server (${e.message})`);
-    } finally {
-      clearTimeout(timer);
-    }
-    let body = null;
-    try { body = await r.json(); } catch (e) { body = null; }
-    if (!r.ok) {
-      const err = new Error((body && (body.detail || body.title)) || `${path}: HTTP ${r.status}`);
-      err.problem = body || { status: r.status };
-      err.status = r.status;
-      throw err;
-    }
-    return body;
   }
 
   // -- the health summary ------------------------------------------------------------
@@ -246,6 +217,51 @@
       }
     }
   }
+  function paintWhole(whole) {
+    const page = whole.table;
+    display = whole.display;
+    window.crrFormat.setPrecision(display.precision);
+    FAILING_STATES = new Set(display.failing_states);
+    marks = whole.marks;
+    $("#select").placeholder = display.example
+      ? `${display.example}  — or a whole -R string: select[…] rusage[…]`
+      : "no host-scope resource in the catalog yet";
+    status.selectError = null;
+    $("#select-error").hidden = true;
+    $("#table-scroll").classList.remove("invalid");
+    const note = $("#select-note");
+    note.hidden = !page.note;
+    note.textContent = page.note || "";
+    if (page.resources.join() !== table.resources.join()) {
+      table.resources = page.resources;
+    }
+    const fresh = new Map(page.rows.map((r) => [r.host, r]));
+    for (const [h, r] of fresh) {
+      const old = table.rows.get(h);
+      if (old) logChanges(whole.at, old.snapshot, r.snapshot);
+    }
+    table.rows = fresh;
+    table.order = page.rows;
+    table.offset = page.offset;
+    status.total = page.total;
+    status.hostsTotal = page.hosts_total;
+    status.expression = page.expression;
+    renderHead();
+    renderBody();
+    paintSummary(whole.summary);
+    paintProjectors(whole.projectors);
+    cluster = whole.cluster;
+    renderCluster();
+    paintFailures(whole);
+    paintConn();
+    status.page = whole;
+    status.at = whole.at;
+    status.loaded = true;
+    status.refreshes++;
+    status.paints++;
+    painted();
+    pageError(null);
+  }
   async function refresh() {
     if (table.inflight) { table.again = true; return; }
     table.inflight = true;
@@ -261,51 +277,13 @@
       }
       const whole = await getJSON("/v1/page", { ...q, offset: first,
                                                 limit: visible + 2 * OVERSCAN });
-      const page = whole.table;
-      display = whole.display;
-      window.crrFormat.setPrecision(display.precision);
-      FAILING_STATES = new Set(display.failing_states);
-      marks = whole.marks;
-      $("#select").placeholder = display.example
-        ? `${display.example}  — or a whole -R string: select[…] rusage[…]`
-        : "no host-scope resource in the catalog yet";
-      status.selectError = null;
-      $("#select-error").hidden = true;
-      $("#table-scroll").classList.remove("invalid");
-      const note = $("#select-note");
-      note.hidden = !page.note;
-      note.textContent = page.note || "";
-      if (page.resources.join() !== table.resources.join()) {
-        table.resources = page.resources;
-      }
-      const fresh = new Map(page.rows.map((r) => [r.host, r]));
-      for (const [h, r] of fresh) {
-        const old = table.rows.get(h);
-        if (old) logChanges(whole.at, old.snapshot, r.snapshot);
-      }
-      table.rows = fresh;
-      table.order = page.rows;
-      table.offset = page.offset;
-      status.total = page.total;
-      status.hostsTotal = page.hosts_total;
-      status.expression = page.expression;
-      renderHead();
-      renderBody();
-      paintSummary(whole.summary);
-      paintProjectors(whole.projectors);
-      cluster = whole.cluster;
-      renderCluster();
-      paintFailures(whole);
-      paintConn();
-      status.page = whole;
-      status.at = whole.at;
-      status.loaded = true;
-      status.refreshes++;
-      status.paints++;
-      painted();
-      pageError(null);
+      paintWhole(whole);
     } catch (e) {
       if (e.problem && (e.status === 400 || e.problem.column !== undefined) && q.select) {
+        try {  // one answer for the last valid expression still paints the whole page
+          paintWhole(await getJSON("/v1/page", { ...q, select: status.expression || "",
+                                                 offset: first, limit: visible + 2 * OVERSCAN }));
+        } catch (again) { pageError(`host table: ${again.message}`); }
         status.selectError = { text: e.message, column: e.problem.column ?? null };
         const pre = $("#select-error");
         pre.hidden = false;
