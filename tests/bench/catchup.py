@@ -61,29 +61,37 @@ async def bench_catchup(hosts: int, outage: float) -> dict[str, Any]:
             first = Projector(nc)
             async with running([first]):
                 pass  # ready: every host written; then it stops
-            # The outage: every host reports once an interval, spread evenly over it.
+            # Every host reports once an interval, spread evenly over it, through the outage
+            # and the catch-up (the reporters do not know the projector is down).
             pipe = PipelinePublisher(nc, max_in_flight=1024)
             await pipe.start()
             start = time.monotonic()
             sent = 0
-            rounds = max(1, int(outage // INTERVAL))
-            per_round = outage / rounds
-            try:
-                for n in range(1, rounds + 1):
+            reporting = asyncio.Event()
+
+            async def report_forever() -> None:
+                nonlocal sent
+                n = 0
+                while not reporting.is_set():
+                    n += 1
                     for i in range(hosts):
-                        due = start + (n - 1) * per_round + per_round * i / hosts
+                        # A first round at once (the setup's reports are that old), then
+                        # one every interval per host: no host's gap outlives its values.
+                        due = start if n == 1 else (start + (n - 2) * INTERVAL
+                                                    + INTERVAL * i / hosts)
                         if (wait := due - time.monotonic()) > 0.05:
                             await asyncio.sleep(wait)  # the reporters' own rhythm
+                        if reporting.is_set():
+                            return
                         host = f"node{i:05d}"
                         await pipe.publish(event_subject("report", "bench", host),
                                            payload(host, n))
                         sent += 1
-                await pipe.flush(120.0)
-            finally:
-                await pipe.close(1.0)
-            if (left := start + outage - time.monotonic()) > 0:
-                await asyncio.sleep(left)  # the rest of the outage
-            stored_rate = sent / (time.monotonic() - start)
+
+            reporters = asyncio.create_task(report_forever())
+            await asyncio.sleep(outage)  # the outage: its length is what is measured
+            during_outage = sent
+            stored_rate = during_outage / (time.monotonic() - start)
             states: dict[tuple[str, str], list[str]] = {}
             written = 0
 
@@ -108,10 +116,14 @@ async def bench_catchup(hosts: int, outage: float) -> dict[str, Any]:
                 applied = second.applied
                 await nc.flush()
             await sub.unsubscribe()
+            reporting.set()
+            await reporters
+            await pipe.close(1.0)
     flaps = sum(1 for seq in states.values()
                 if any(a == "stale" and b == "fresh" for a, b in itertools.pairwise(seq)))
     stale_written = sum(1 for seq in states.values() if "stale" in seq)
-    return {"hosts": hosts, "outage_s": outage, "events_during_outage": sent,
+    return {"hosts": hosts, "outage_s": outage, "events_during_outage": during_outage,
+            "events_during_catchup": sent - during_outage,
             "stored_per_s": round(stored_rate), "ready_s": round(ready_s, 2),
             "caught_up_watermark_s": round(caught_up_s, 2), "events_folded": applied,
             "records_written": written, "stale_values_written": stale_written,
