@@ -112,7 +112,7 @@ async def rig(nc: Client, url: str, slurm: SlurmCluster, tmp: Path,
     --interval 1s`; yields once Slurm shows the steady state, with a watcher of Slurm."""
     await publish_catalog(nc, load_catalog_text(catalog(outage_hold)))
     r = Rig(nc, url, slurm, tmp,
-            CrrProcess(["projector", "--server", url], tmp / "projector.log").start(),
+            CrrProcess(["projector", "--server", url], tmp / "projector.log"),
             CrrProcess(["bridge", "slurm", "--server", url, "--interval", "1s"],
                        tmp / "bridge.log"))
     stop = asyncio.Event()
@@ -134,9 +134,11 @@ async def rig(nc: Client, url: str, slurm: SlurmCluster, tmp: Path,
             r.written.append(decode(msg.data, HostSnapshot))
 
     reporters = asyncio.create_task(report_forever())
-    sub = await nc.subscribe("crr.v1.snapshot.host.>", cb=on_record)
     watcher: asyncio.Task[None] | None = None
+    sub = None
     try:
+        r.projector.start()
+        sub = await nc.subscribe("crr.v1.snapshot.host.>", cb=on_record)
         # The bridge starts on a snapshot that has every node (its first cycle takes the
         # wanted state as it is: no mass change to guard), then Slurm shows it.
         await eventually(lambda: _selects(url, CACHED), 60, "every node's first report")
@@ -159,8 +161,9 @@ async def rig(nc: Client, url: str, slurm: SlurmCluster, tmp: Path,
         await reporters
         if watcher is not None:
             await watcher
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
+        if sub is not None:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
         r.bridge.stop()
         r.projector.stop()
 
