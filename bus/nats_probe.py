@@ -58,7 +58,7 @@ async def probe(server: str, shown: str, timeout: float = PROBE_TIMEOUT) -> Prob
     except TimeoutError:
         return Probe(shown, "down", f"no answer within {timeout:g} s")
     except OSError as exc:
-        return Probe(shown, "down", exc.strerror or type(exc).__name__)
+        return Probe(shown, "down", str(exc) or type(exc).__name__)
     try:
         async with asyncio.timeout(timeout):
             first = await reader.read(256)
